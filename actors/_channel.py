@@ -1,0 +1,78 @@
+"""The parent's end of one process incarnation: sequence numbers, pending replies, writes."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections import deque
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from ._wire import PROTOCOL
+
+__all__ = ["Channel"]
+
+
+class Channel:
+    """One live process: what was sent to it and is not answered yet.
+
+    ``lock`` is the owning cell's lock. Writes are combined: the first sender to find
+    the channel idle sends, and keeps sending whatever others queued meanwhile, so a
+    busy channel batches on its own while an idle one adds no latency.
+    """
+
+    def __init__(self, process: BaseProcess, conn: Connection, lock: threading.Lock) -> None:
+        self.process = process
+        self.conn = conn
+        self.lock = lock
+        self.sentinel: int = process.sentinel
+        self.seq = 0
+        self.asks: dict[int, Future[Any]] = {}
+        self.tells: deque[tuple[int, Any]] = deque()
+        self.out: list[tuple[str, int, bytes | None]] = []
+        self.flushing = False
+        self.stopping = False
+        self.start_failed = False
+        self.exited_normally = False
+        self.broken = False
+
+    def enqueue(self, kind: str, message: Any, payload: bytes | None, reply: Future[Any] | None) -> None:
+        """Queue one item for sending (``lock`` held by the caller)."""
+        self.seq += 1
+        seq = self.seq
+        if reply is not None:
+            self.asks[seq] = reply
+        elif kind == "t":
+            self.tells.append((seq, message))
+        self.out.append((kind, seq, payload))
+
+    def flush(self) -> None:
+        """Send what is queued unless another thread is already sending it."""
+        with self.lock:
+            if self.flushing or not self.out:
+                return
+            self.flushing = True
+        while True:
+            with self.lock:
+                items, self.out = self.out, []
+                if not items or self.broken:
+                    self.flushing = False
+                    return
+            try:
+                self.conn.send_bytes(pickle.dumps(items, protocol=PROTOCOL))
+            except (OSError, ValueError):
+                with self.lock:  # the process is dying: the reaper settles what was sent
+                    self.broken = True
+                    self.flushing = False
+                return
+
+    def acked(self, seq: int) -> None:
+        """Tells up to ``seq`` were handled (``lock`` held)."""
+        tells = self.tells
+        while tells and tells[0][0] <= seq:
+            tells.popleft()
+
+    def in_flight(self) -> int:
+        return len(self.asks) + len(self.tells)

@@ -1,0 +1,132 @@
+"""Pool: a supervised set of identical actors behind one router."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import zlib
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._spec import ChildSpec, SupervisorSpec
+
+if TYPE_CHECKING:
+    from ._ref import Ref
+    from ._system import ActorSystem
+
+__all__ = ["Pool", "Router"]
+
+Router = Literal["least_busy", "round_robin", "key_hash"]
+_ROUTERS = ("least_busy", "round_robin", "key_hash")
+
+
+def stable_hash(key: Any) -> int:
+    """A hash that is the same in every process (``hash(str)`` is salted per process)."""
+    if isinstance(key, str):
+        return zlib.crc32(key.encode())
+    if isinstance(key, bytes):
+        return zlib.crc32(key)
+    if isinstance(key, int):
+        return key & 0x7FFFFFFF
+    return zlib.crc32(repr(key).encode())
+
+
+class Pool:
+    """Identical members under a one_for_one supervisor; a crashed member is replaced.
+
+    Routers: ``"least_busy"`` (fewest messages in flight), ``"round_robin"`` (strict
+    rotation), ``"key_hash"`` (same key, same member while membership is stable). With
+    any router, a message sent with a ``key`` goes to the key's member, so per-key
+    order holds.
+    """
+
+    def __init__(self, system: ActorSystem, factory: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any], *, size: int, process: bool, router: Router,
+                 name: str) -> None:
+        if router not in _ROUTERS:
+            raise ValueError(f"router must be one of {_ROUTERS}, got {router!r}")
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"pool size must be an int >= 1, got {size!r}")
+        self.name = name
+        self.router = router
+        self._system = system
+        self._factory, self._args, self._kwargs, self._process = factory, args, kwargs, process
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._rotation = itertools.count()
+        spec = SupervisorSpec(children=(), max_restarts=max(20, 10 * size), within=5.0)
+        self._supervisor = system.supervise(spec, name=name)
+        self._members: tuple[Ref, ...] = ()
+        self._grow(size)
+
+    @property
+    def size(self) -> int:
+        """How many members the pool has."""
+        return len(self._members)
+
+    def members(self) -> list[Ref]:
+        """The members' Refs (stable across member restarts)."""
+        return list(self._members)
+
+    def tell(self, message: Any, *, key: Any = None) -> None:
+        """Send to one member chosen by the router (or by ``key``). Never blocks."""
+        self._pick(key).tell(message)
+
+    def ask(self, message: Any, *, key: Any = None, timeout: float | None = 5.0) -> Future[Any]:
+        """Ask one member chosen by the router (or by ``key``); see `Ref.ask`."""
+        return self._pick(key).ask(message, timeout=timeout)
+
+    def resize(self, size: int) -> None:
+        """Grow or shrink to ``size`` members; returns once new members run.
+
+        Removed members stop after the mail they already have, so asks in flight to
+        them still complete.
+        """
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"pool size must be an int >= 1, got {size!r}")
+        with self._lock:
+            extra = size - len(self._members)
+            removed = self._members[size:] if extra < 0 else ()
+            self._members = self._members[:size]
+        for ref in reversed(removed):
+            ref.stop()
+        if extra > 0:
+            self._grow(extra)
+
+    def stop(self, *, timeout: float = 10.0) -> None:
+        """Stop every member and the pool's supervisor."""
+        self._supervisor.stop(timeout=timeout)
+
+    def _grow(self, count: int) -> None:
+        specs = [ChildSpec(id=f"{self.name}-{next(self._ids)}", factory=self._factory,
+                           args=self._args, kwargs=self._kwargs, process=self._process)
+                 for _ in range(count)]
+        refs = [self._system.start_child(self._supervisor, spec) for spec in specs]
+        with self._lock:
+            self._members = (*self._members, *refs)
+
+    def _pick(self, key: Any) -> Ref:
+        members = self._members
+        if not members:
+            raise RuntimeError(f"pool {self.name!r} is stopped")
+        if key is not None:
+            return members[stable_hash(key) % len(members)]
+        start = next(self._rotation)
+        if self.router != "least_busy":
+            return members[start % len(members)]
+        return _least_busy(members, start)
+
+
+def _least_busy(members: tuple[Ref, ...], start: int) -> Ref:
+    """The member with the fewest messages in flight; ties rotate."""
+    count = len(members)
+    best = members[start % count]
+    best_load = best._cell.in_flight()
+    for offset in range(1, count):
+        if best_load == 0:
+            break
+        candidate = members[(start + offset) % count]
+        load = candidate._cell.in_flight()
+        if load < best_load:
+            best, best_load = candidate, load
+    return best
