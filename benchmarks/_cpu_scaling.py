@@ -1,0 +1,112 @@
+"""CPU-bound work over a process pool of every core vs a pool of one (``cpu_scaling``).
+
+The handler is a pure-Python loop of about 2 ms, so the GIL of each worker is the limit
+and the speedup shows how well the pool spreads work over processes. On a machine with
+one or two shared cores the speedup is near 1 or 2 at best; that is expected. The extra
+row ``cpu_scaling/raw`` compares the pool of every core with the same number of raw
+processes that are told only how many tasks to run (no per-task messages): the
+practical limit of this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from contextlib import ExitStack
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Any
+
+from actors import Actor, ActorSystem, Pool
+
+from ._harness import Comparison, Profile, Scenario
+from ._measure import interleave, per_second
+from ._raw_pipe import PROTOCOL, raw_process
+
+__all__ = ["SCENARIOS", "spin", "spin_child"]
+
+_TIMEOUT = 120.0
+_TASK_SECONDS = 0.002
+_CALIBRATION_ITERATIONS = 50_000
+
+
+def spin(iterations: int) -> int:
+    """Burn CPU in pure Python for ``iterations`` steps; returns a checksum."""
+    total = 0
+    for number in range(iterations):
+        total += number * number % 7
+    return total
+
+
+def spin_child(conn: Connection) -> None:
+    """Run ``(tasks, iterations)`` requests of `spin` and answer each with ``tasks``; None ends."""
+    while True:
+        request = pickle.loads(conn.recv_bytes())
+        if request is None:
+            return
+        tasks, iterations = request
+        for _ in range(tasks):
+            spin(iterations)
+        conn.send_bytes(pickle.dumps(tasks, protocol=PROTOCOL))
+
+
+class Burner(Actor):
+    """Spins for the number of iterations it is sent."""
+
+    def on_receive(self, message: Any) -> int:
+        return spin(int(message))
+
+
+def _iterations_per_task() -> int:
+    """How many `spin` steps take about 2 ms here (best of three)."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        spin(_CALIBRATION_ITERATIONS)
+        best = min(best, time.perf_counter() - start)
+    return max(1, int(_CALIBRATION_ITERATIONS * _TASK_SECONDS / best))
+
+
+def _run_tasks(pool: Pool, tasks: int, iterations: int) -> None:
+    futures = [pool.ask(iterations, timeout=None) for _ in range(tasks)]
+    for future in futures:
+        future.result(_TIMEOUT)
+
+
+def _run_raw(conns: list[Connection], tasks: int, iterations: int) -> None:
+    shares = [tasks // len(conns) + (index < tasks % len(conns)) for index in range(len(conns))]
+    for conn, share in zip(conns, shares, strict=True):
+        conn.send_bytes(pickle.dumps((share, iterations), protocol=PROTOCOL))
+    done = sum(int(pickle.loads(conn.recv_bytes())) for conn in conns)
+    if done != tasks:
+        raise RuntimeError(f"raw workers ran {done} of {tasks} tasks")
+
+
+def measure_scaling(profile: Profile) -> tuple[Comparison, ...]:
+    """Tasks per second on ``os.cpu_count()`` workers vs on one; the ratio is the speedup."""
+    tasks = profile.count(480, minimum=8)
+    iterations = _iterations_per_task()
+    workers = os.cpu_count() or 1
+    with ActorSystem("bench-scaling") as system, ExitStack() as raw:
+        one = system.pool(Burner, size=1, process=True, name="one")
+        every = system.pool(Burner, size=workers, process=True, name="every")
+        conns = [raw.enter_context(raw_process(spin_child, system.start_method))
+                 for _ in range(workers)]
+        medians = interleave({
+            "every": lambda: per_second(tasks, partial(_run_tasks, every, tasks, iterations)),
+            "one": lambda: per_second(tasks, partial(_run_tasks, one, tasks, iterations)),
+            "raw": lambda: per_second(tasks, partial(_run_raw, conns, tasks, iterations)),
+        }, repeats=profile.repeats)
+    return (
+        Comparison(value=medians["every"], baseline_value=medians["one"]),
+        Comparison(value=medians["every"], baseline_value=medians["raw"], suffix="raw",
+                   baseline=f"{workers} raw processes, no per-task messages"),
+    )
+
+
+SCENARIOS = (
+    Scenario(name="cpu_scaling", unit="tasks/s",
+             baseline=f"pool size=1 (vs size={os.cpu_count() or 1}, 2 ms tasks)",
+             target=None, measure=measure_scaling),
+)
