@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
@@ -13,6 +14,8 @@ from typing import Any
 from ._wire import PROTOCOL
 
 __all__ = ["Channel"]
+
+_BURST = 100e-6  # a tell this soon after the last send is part of a burst
 
 
 class Channel:
@@ -33,7 +36,10 @@ class Channel:
         self.tells: deque[tuple[int, Any]] = deque()
         self.out: list[tuple[str, int, bytes | None]] = []
         self.flushing = False
+        self.scheduled = False  # queued for the system's writer thread
+        self.last_send = 0.0
         self.stopping = False
+        self.reaped = False
         self.start_failed = False
         self.exited_normally = False
         self.broken = False
@@ -62,11 +68,16 @@ class Channel:
                     return
             try:
                 self.conn.send_bytes(pickle.dumps(items, protocol=PROTOCOL))
+                self.last_send = time.monotonic()
             except (OSError, ValueError):
                 with self.lock:  # the process is dying: the reaper settles what was sent
                     self.broken = True
                     self.flushing = False
                 return
+
+    def bursting(self) -> bool:
+        """True while mail arrives faster than sends complete: leave it to the writer."""
+        return self.flushing or time.monotonic() - self.last_send < _BURST
 
     def acked(self, seq: int) -> None:
         """Tells up to ``seq`` were handled (``lock`` held)."""

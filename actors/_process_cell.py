@@ -67,6 +67,8 @@ class ProcessCell(Cell):
                 return
         if channel is None:
             self.refuse(message, reply, "stopped")
+        elif reply is None and channel.bursting():
+            self.system.schedule_write(channel)  # batched by the writer thread
         else:
             channel.flush()
 

@@ -229,6 +229,11 @@ class ActorSystem:
                 self._io = IOLoop(self.name)
             return self._context
 
+    def schedule_write(self, channel: Channel) -> None:
+        """Have the writer thread send what ``channel`` has queued."""
+        assert self._io is not None
+        self._io.writer.schedule(channel)
+
     def adopt_process(self, cell: ProcessCell, channel: Channel) -> None:
         with self._lock:
             self._processes = [c for c in self._processes if c.process.is_alive()]
