@@ -40,6 +40,7 @@ class Channel:
         self.last_send = 0.0
         self.stopping = False
         self.reaped = False
+        self.last_heard = time.monotonic()
         self.start_failed = False
         self.exited_normally = False
         self.broken = False

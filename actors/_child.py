@@ -11,6 +11,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -39,8 +40,13 @@ def child_main(conn: Connection, name: str) -> None:
     """Entry point of a process actor's process."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    factory, args, kwargs = cloudpickle.loads(conn.recv_bytes())
-    _ChildHost(conn, name, factory, args, kwargs).serve()
+    factory, args, kwargs, stuck_after = cloudpickle.loads(conn.recv_bytes())
+    _ChildHost(conn, name, factory, args, kwargs, stuck_after).serve()
+
+
+def heartbeat_period(stuck_after: float) -> float:
+    """How often a watched process reports (and its parent checks) liveness."""
+    return min(1.0, max(0.05, stuck_after / 4))
 
 
 class _LocalInbox:
@@ -67,7 +73,8 @@ class _LocalSelf:
 
 
 class _ChildHost:
-    def __init__(self, conn: Connection, name: str, factory: Any, args: Any, kwargs: Any) -> None:
+    def __init__(self, conn: Connection, name: str, factory: Any, args: Any, kwargs: Any,
+                 stuck_after: float | None) -> None:
         self.conn = conn
         self.name = name
         self.factory, self.args, self.kwargs = factory, args, kwargs
@@ -77,6 +84,8 @@ class _ChildHost:
         self.reported_tell = 0
         self.send_lock = threading.Lock()
         self.actor: Any = None
+        self.stuck_after = stuck_after
+        self.busy_since = 0.0  # when the running handler started; 0.0 while idle
 
     def serve(self) -> None:
         try:
@@ -86,7 +95,21 @@ class _ChildHost:
             os._exit(3)
         self._send([("ready", os.getpid())])
         threading.Thread(target=self._read, name=f"{self.name}-reader", daemon=True).start()
+        if self.stuck_after is not None:
+            threading.Thread(target=self._watchdog, args=(self.stuck_after,),
+                             name=f"{self.name}-watchdog", daemon=True).start()
         self._loop()
+
+    def _watchdog(self, stuck_after: float) -> None:
+        """Heartbeats for the parent; a handler past ``stuck_after`` ends the process."""
+        period = heartbeat_period(stuck_after)
+        while True:
+            time.sleep(period)  # a periodic timer on its own thread, not a synchronisation
+            since = self.busy_since
+            if since and time.monotonic() - since > stuck_after:
+                logger.error("actor %s: handler stuck for over %ss; exiting", self.name, stuck_after)
+                os._exit(70)
+            self._send([("hb",)])
 
     def _incarnate(self) -> None:
         from ._thread_cell import build_actor
@@ -109,6 +132,7 @@ class _ChildHost:
         get, out = self.items.get, self.out
         while True:
             kind, seq, payload = get()
+            self.busy_since = time.monotonic()
             if kind == "t":
                 self._tell(seq, payload)
             elif kind == "a":
@@ -119,6 +143,7 @@ class _ChildHost:
                 self._stop(("stopped",))
             elif kind == "x":
                 self._stop(("exit",))
+            self.busy_since = 0.0
             if len(out) >= _FLUSH_EVERY or self.items.empty():
                 self._flush()
 

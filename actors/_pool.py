@@ -42,7 +42,7 @@ class Pool:
 
     def __init__(self, system: ActorSystem, factory: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any], *, size: int, process: bool, router: Router,
-                 name: str) -> None:
+                 name: str, stuck_after: float | None = None) -> None:
         if router not in _ROUTERS:
             raise ValueError(f"router must be one of {_ROUTERS}, got {router!r}")
         if not isinstance(size, int) or size < 1:
@@ -51,6 +51,7 @@ class Pool:
         self.router = router
         self._system = system
         self._factory, self._args, self._kwargs, self._process = factory, args, kwargs, process
+        self._stuck_after = stuck_after
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._rotation = itertools.count()
@@ -99,7 +100,8 @@ class Pool:
 
     def _grow(self, count: int) -> None:
         specs = [ChildSpec(id=f"{self.name}-{next(self._ids)}", factory=self._factory,
-                           args=self._args, kwargs=self._kwargs, process=self._process)
+                           args=self._args, kwargs=self._kwargs, process=self._process,
+                           stuck_after=self._stuck_after)
                  for _ in range(count)]
         refs = [self._system.start_child(self._supervisor, spec) for spec in specs]
         with self._lock:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
 
 from ._cell import Cell, ChildExited
 from ._channel import Channel
 from ._child import child_main
+from ._child import heartbeat_period as _heartbeat_period
 from ._wire import dump_code, dump_message, load
 from .errors import ActorDeadError, SpawnError, WorkerCrashedError
 
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from ._system_context import SystemContext
 
 __all__ = ["ProcessCell"]
+
+_HEARTBEAT_GRACE = 1.0  # seconds of silence tolerated beyond stuck_after
 
 _Pending = tuple[str, Any, "bytes | None", "Future[Any] | None"]
 
@@ -35,7 +39,7 @@ class ProcessCell(Cell):
     def __init__(self, system: SystemContext, spec: ChildSpec, parent: Ref | None) -> None:
         super().__init__(system, spec, parent)
         try:
-            self._code = dump_code((spec.factory, tuple(spec.args), dict(spec.kwargs)))
+            self._code = dump_code((spec.factory, tuple(spec.args), dict(spec.kwargs), spec.stuck_after))
         except Exception as exc:
             raise SpawnError(self.name, f"factory or arguments do not pickle: {exc}") from exc
         self._lock = threading.Lock()
@@ -105,6 +109,18 @@ class ProcessCell(Cell):
             self._reaped.clear()
         self.system.adopt_process(self, channel)
         channel.flush()
+        if self.spec.stuck_after is not None:
+            self._watch(channel, self.spec.stuck_after)
+
+    def _watch(self, channel: Channel, stuck_after: float) -> None:
+        """Kill the process when its heartbeats stop (a watchdog in it reports hung handlers)."""
+        if channel.reaped or not channel.process.is_alive():
+            return
+        if time.monotonic() - channel.last_heard > stuck_after + _HEARTBEAT_GRACE:
+            channel.process.kill()  # the reaper reports the crash and the supervisor replaces it
+            return
+        self.system.scheduler.call_later(_heartbeat_period(stuck_after),
+                                         lambda: self._watch(channel, stuck_after))
 
     def incarnation_active(self) -> bool:
         return self._live is not None
@@ -148,6 +164,7 @@ class ProcessCell(Cell):
 
     # -- called by the I/O thread ---------------------------------------------------------
     def on_frame(self, channel: Channel, items: list[tuple[Any, ...]]) -> None:
+        channel.last_heard = time.monotonic()
         for item in items:
             tag = item[0]
             if tag == "r":

@@ -42,7 +42,9 @@ class ChildSpec:
     """One child of a supervisor.
 
     ``factory`` builds the actor (an `Actor` subclass or a callable returning one),
-    or is a `SupervisorSpec` for a nested supervisor.
+    or is a `SupervisorSpec` for a nested supervisor. ``stuck_after`` (process actors
+    only): a handler running longer than this many seconds, or a process that stops
+    sending heartbeats for that long, counts as a crash and the process is replaced.
     """
 
     id: str
@@ -52,6 +54,7 @@ class ChildSpec:
     restart: RestartKind = "permanent"
     shutdown: float = 5.0
     process: bool = False
+    stuck_after: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -60,6 +63,8 @@ class ChildSpec:
             raise ValueError(f"ChildSpec restart must be one of {_RESTART_KINDS}, got {self.restart!r}")
         if self.shutdown < 0:
             raise ValueError("ChildSpec shutdown must be >= 0")
+        if self.stuck_after is not None and not (self.process and self.stuck_after > 0):
+            raise ValueError("ChildSpec stuck_after needs process=True and a value > 0")
         if not callable(self.factory) and not isinstance(self.factory, SupervisorSpec):
             raise ValueError(f"ChildSpec factory must be callable or a SupervisorSpec: {self.factory!r}")
 

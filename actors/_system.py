@@ -121,8 +121,12 @@ class ActorSystem:
         return self.start_child(self._root.ref, child)
 
     def pool(self, factory: Any, *args: Any, size: int, process: bool = True,
-             router: Router = "least_busy", name: str | None = None, **kwargs: Any) -> Pool:
+             router: Router = "least_busy", name: str | None = None,
+             stuck_after: float | None = None, **kwargs: Any) -> Pool:
         """Start a supervised pool of ``size`` identical actors; returns once all run.
+
+        ``stuck_after`` (process pools): a member whose handler runs longer than this,
+        or whose process stops sending heartbeats, is killed and replaced.
 
         Raises:
             ValueError: ``size`` < 1 or an unknown router.
@@ -130,7 +134,7 @@ class ActorSystem:
         from ._pool import Pool
 
         return Pool(self, factory, args, kwargs, size=size, process=process, router=router,
-                    name=name or f"pool-{next(self._auto_names)}")
+                    name=name or f"pool-{next(self._auto_names)}", stuck_after=stuck_after)
 
     def lookup(self, name: str) -> Ref:
         """The Ref of the actor called ``name``.

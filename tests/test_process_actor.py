@@ -238,3 +238,43 @@ def test_killed_parent_leaves_no_workers_behind(tmp_path: Any, method: str) -> N
             parent.wait(5)
 
     assert alive == [], f"still alive 2 s after the parent died: {[p.pid for p in alive]}"
+
+
+class Hangs(Actor):
+    def on_receive(self, message: Any) -> Any:
+        if message == "hang":
+            while True:
+                time.sleep(1)  # sleep-ok: a handler that never returns
+        return os.getpid()
+
+
+def test_a_hung_handler_is_detected_and_its_process_replaced(system: ActorSystem) -> None:
+    events, cond = _wait_events(system)
+    pool = system.pool(Hangs, size=1, name="hangs", stuck_after=0.5)
+    pid = pool.ask("pid").result(10)
+    started = time.monotonic()
+
+    stuck = pool.ask("hang", timeout=None)
+
+    with pytest.raises(WorkerCrashedError):
+        stuck.result(10)
+    with cond:
+        assert cond.wait_for(lambda: any(e.kind == "restarted" for e in events), 5)
+    assert 0.5 <= time.monotonic() - started < 5.0
+    assert pool.ask("pid").result(10) not in (pid, os.getpid())
+
+
+def test_a_frozen_process_is_detected_by_its_missing_heartbeats(system: ActorSystem) -> None:
+    events, cond = _wait_events(system)
+    pool = system.pool(Hangs, size=1, name="frozen", stuck_after=0.5)
+    pid = pool.ask("pid").result(10)
+
+    os.kill(pid, signal.SIGSTOP)  # nothing in it runs any more, not even the watchdog
+    try:
+        with cond:
+            assert cond.wait_for(lambda: any(e.kind == "restarted" for e in events), 10)
+    finally:
+        if psutil.pid_exists(pid):
+            os.kill(pid, signal.SIGCONT)
+
+    assert pool.ask("pid").result(10) != pid
