@@ -1,0 +1,83 @@
+"""Room in one balanced group's bounded queue: publishers take it, the group gives it back."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from runtime.errors import WouldBlock
+
+__all__ = ["Gate"]
+
+
+class Gate:
+    """Counts messages accepted for a group and not yet handed to a member.
+
+    Publishers take room before they enqueue (waiting with ``block``, or taking what is
+    free with ``drop_newest``); the group actor releases it as it dispatches. Closing
+    the gate (topic closed or group deleted) wakes every waiter. Thread-safe.
+
+    Args:
+        capacity: the group's ``balanced_capacity``.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.closed = False
+        self._waiting = 0
+        self._changed = threading.Condition(threading.Lock())
+
+    def acquire(self, count: int, deadline: float | None) -> bool:
+        """Wait until ``count`` more messages fit, then take the room.
+
+        ``count`` must not exceed the capacity. Blocks until ``deadline``
+        (``time.monotonic()`` based; None: unbounded).
+
+        Returns:
+            True once taken; False when the gate is closed.
+
+        Raises:
+            WouldBlock: the deadline passed first.
+        """
+        with self._changed:
+            while not self.closed and self.used + count > self.capacity:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WouldBlock(f"balanced group is full ({self.capacity} messages)")
+                self._waiting += 1
+                try:
+                    self._changed.wait(remaining)
+                finally:
+                    self._waiting -= 1
+            if self.closed:
+                return False
+            self.used += count
+            return True
+
+    def try_acquire(self, count: int) -> int:
+        """Take room for up to ``count`` messages without waiting; -1 when closed."""
+        with self._changed:
+            if self.closed:
+                return -1
+            taken = max(0, min(count, self.capacity - self.used))
+            self.used += taken
+            return taken
+
+    def force(self, count: int) -> None:
+        """Take room even past the capacity (redeliveries must never wait)."""
+        with self._changed:
+            self.used += count
+
+    def release(self, count: int) -> None:
+        """Give room back; wakes waiting publishers."""
+        with self._changed:
+            self.used -= count
+            if self._waiting:
+                self._changed.notify_all()
+
+    def close(self) -> None:
+        """Refuse room from now on and wake every waiter."""
+        with self._changed:
+            self.closed = True
+            self._changed.notify_all()

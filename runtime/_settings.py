@@ -1,0 +1,123 @@
+"""Per-topic settings, their cascade from bus defaults, and their validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runtime.errors import InvalidSettingsError, UnsupportedPolicyError
+
+__all__ = ["TopicSettings"]
+
+_BACKENDS = ("in_memory",)
+_ON_FULL = ("block", "drop_newest")
+_ON_LAG = ("drop_oldest", "disconnect")
+# What each backend can honour; anything else is an UnsupportedPolicyError.
+_CAPABILITIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "in_memory": {"balanced_on_full": _ON_FULL, "broadcast_on_lag": ("drop_oldest",)},
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSettings:
+    """How a topic buffers, paces, tracks and gives up on its messages.
+
+    Attributes:
+        message_type: published messages must be instances of it (None: anything).
+        ack_timeout: seconds a subscriber has to settle a delivery (None: no deadline).
+        max_pending: unsettled messages at which publishers wait (None: unbounded).
+        throttle: free-slot ratio under which publishers slow down (needs ``max_pending``).
+        balanced_capacity: queued messages per balanced group.
+        balanced_on_full: ``"block"`` the publisher or ``"drop_newest"`` for that group.
+        broadcast_capacity: entries of the topic's broadcast ring.
+        broadcast_on_lag: what happens to a subscriber more than a ring behind.
+        max_delivery_attempts: attempts per balanced delivery before dead-lettering.
+        dead_letter_limit: dead letters kept (newest win; None: unbounded).
+        backend: where messages live; only ``"in_memory"`` exists.
+    """
+
+    message_type: type | None = None
+    ack_timeout: float | None = 30.0
+    max_pending: int | None = None
+    throttle: float = 0.0
+    balanced_capacity: int = 128
+    balanced_on_full: Literal["block", "drop_newest"] = "block"
+    broadcast_capacity: int = 128
+    broadcast_on_lag: Literal["drop_oldest", "disconnect"] = "drop_oldest"
+    max_delivery_attempts: int = 1
+    dead_letter_limit: int | None = None
+    backend: str = "in_memory"
+
+    def merged(self, **overrides: Any) -> TopicSettings:
+        """Return a copy with ``overrides`` applied; an explicit None wins too.
+
+        Raises:
+            InvalidSettingsError: an override names no setting.
+        """
+        known = {f.name for f in dataclasses.fields(self)}
+        for name in overrides:
+            if name not in known:
+                raise InvalidSettingsError(name, "unknown setting")
+        return dataclasses.replace(self, **overrides)
+
+    def validate(self) -> None:
+        """Check every setting, in the documented order.
+
+        Order: backend, capacities, throttle rules, the other ranges, policy values,
+        then what the backend can honour.
+
+        Raises:
+            InvalidSettingsError: a setting is out of range (the error names it).
+            UnsupportedPolicyError: the backend cannot honour a policy value.
+        """
+        if self.backend not in _BACKENDS:
+            raise InvalidSettingsError("backend", f"unknown backend {self.backend!r}")
+        _positive_int("balanced_capacity", self.balanced_capacity)
+        _positive_int("broadcast_capacity", self.broadcast_capacity)
+        if self.max_pending is not None:
+            _positive_int("max_pending", self.max_pending)
+        self._validate_throttle()
+        self._validate_ranges()
+        self._validate_policies()
+
+    def _validate_throttle(self) -> None:
+        throttle = self.throttle
+        if isinstance(throttle, bool) or not isinstance(throttle, int | float):
+            raise InvalidSettingsError("throttle", f"must be a number, got {throttle!r}")
+        if throttle == 0:
+            return
+        if self.max_pending is None:
+            raise InvalidSettingsError("throttle", "needs max_pending")
+        if not 0 < throttle < 1:
+            raise InvalidSettingsError("throttle", f"must be in (0, 1), got {throttle!r}")
+
+    def _validate_ranges(self) -> None:
+        timeout = self.ack_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise InvalidSettingsError("ack_timeout", f"must be > 0 or None, got {timeout!r}")
+        _positive_int("max_delivery_attempts", self.max_delivery_attempts)
+        if self.dead_letter_limit is not None:
+            _positive_int("dead_letter_limit", self.dead_letter_limit)
+        if self.message_type is not None and not isinstance(self.message_type, type):
+            raise InvalidSettingsError(
+                "message_type", f"must be a type or None, got {self.message_type!r}"
+            )
+
+    def _validate_policies(self) -> None:
+        policies = {"balanced_on_full": _ON_FULL, "broadcast_on_lag": _ON_LAG}
+        for setting, allowed in policies.items():
+            value = getattr(self, setting)
+            if value not in allowed:
+                raise InvalidSettingsError(setting, f"must be one of {allowed}, got {value!r}")
+        for setting, supported in _CAPABILITIES[self.backend].items():
+            value = getattr(self, setting)
+            if value not in supported:
+                raise UnsupportedPolicyError(setting, value, self.backend)
+
+
+def _positive_int(setting: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidSettingsError(setting, f"must be an int > 0, got {value!r}")

@@ -1,0 +1,142 @@
+"""Topic.close and join (issue 3 item 8)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from runtime import Bus, Delivery, Message, Nack
+from runtime.errors import SettlementError, TopicClosedError
+
+
+@pytest.fixture
+def bus() -> Iterator[Bus]:
+    with Bus() as bus:
+        yield bus
+
+
+def test_close_force_nacks_pending_deliveries_as_closed(bus: Bus) -> None:
+    topic = bus.create_topic("t", ack_timeout=None)
+    reader = topic.subscription(group="g")
+    report = topic.publish(1)
+    delivery = reader.receive(timeout=5)
+
+    topic.close()
+
+    assert report.outcome.result(timeout=5).nacks == (Nack("group:g", "closed"),)
+    assert [(d.message, d.reason, d.subscriber_id) for d in topic.dead_letters] == [
+        (1, "closed", reader.id),
+    ]
+    assert topic.stats().pending == 0
+    with pytest.raises(SettlementError):
+        delivery.ack()
+
+
+def test_close_dead_letters_what_waits_in_member_less_groups_and_the_ring(bus: Bus) -> None:
+    topic = bus.create_topic("t")
+    topic.create_group("held")
+    unread = topic.subscription()
+    for n in range(3):
+        topic.publish(n)
+
+    topic.close()
+
+    reasons = sorted((d.message, d.group or "", d.reason) for d in topic.dead_letters)
+    assert reasons == sorted(
+        [(n, "held", "closed") for n in range(3)] + [(n, "", "closed") for n in range(3)]
+    )
+    assert unread.id == 1
+    assert topic.join(timeout=5)
+
+
+def test_close_force_nacks_a_delivery_held_inside_a_handler(bus: Bus) -> None:
+    topic = bus.create_topic("t")
+    inside, release = threading.Event(), threading.Event()
+    errors: list[Exception] = []
+
+    def handler(delivery: Delivery[int]) -> None:
+        inside.set()
+        release.wait(10)
+        try:
+            delivery.ack()
+        except SettlementError as exc:
+            errors.append(exc)
+
+    topic.subscribe(handler, group="g")
+    report = topic.publish(1)
+    inside.wait(5)
+    topic.close()
+    release.set()
+
+    assert report.outcome.result(timeout=5).nacks == (Nack("group:g", "closed"),)
+    assert topic.join(timeout=5)
+    bus.remove_topic("t")
+    assert len(errors) == 1
+
+
+def test_close_is_idempotent_and_keeps_dead_letters_and_subscribers(bus: Bus) -> None:
+    topic = bus.create_topic("t")
+    topic.subscribe(lambda d: d.ack(), group="g")
+    topic.publish(1).outcome.result(timeout=5)
+    bus.create_topic("empty").publish("x")
+
+    topic.close()
+    topic.close()
+
+    assert topic.closed
+    assert topic.groups() == ["g"]
+    assert len(bus.topic("empty").dead_letters) == 1
+    assert topic.stats().delivered == 1
+
+
+def test_publish_and_subscribe_raise_after_close(bus: Bus) -> None:
+    topic = bus.create_topic("t")
+    topic.close()
+
+    with pytest.raises(TopicClosedError):
+        topic.publish(1)
+    with pytest.raises(TopicClosedError):
+        topic.subscribe(lambda d: None)
+    with pytest.raises(TopicClosedError):
+        topic.subscription(group="g")
+    with pytest.raises(TopicClosedError):
+        topic._publish_batch([Message(data=b"x")]).result(timeout=5)
+
+
+def test_join_returns_true_once_nothing_is_pending(bus: Bus) -> None:
+    topic = bus.create_topic("t", ack_timeout=None)
+    reader = topic.subscription(group="g")
+    topic.publish(1)
+
+    assert topic.join(timeout=0.05) is False
+    reader.receive(timeout=5).ack()
+    assert topic.join(timeout=5) is True
+    assert topic.join() is True
+
+
+def test_pull_receive_raises_topic_closed_after_close(bus: Bus) -> None:
+    topic = bus.create_topic("t")
+    group_reader = topic.subscription(group="g")
+    ring_reader = topic.subscription()
+    waiting = threading.Event()
+    raised: list[BaseException] = []
+
+    def blocked_receive() -> None:
+        waiting.set()
+        try:
+            group_reader.receive(timeout=10)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=blocked_receive)
+    thread.start()
+    waiting.wait(5)
+    topic.close()
+    thread.join(10)
+
+    assert [type(e) for e in raised] == [TopicClosedError]
+    with pytest.raises(TopicClosedError):
+        ring_reader.receive(timeout=1)
+    assert list(ring_reader) == []

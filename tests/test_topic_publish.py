@@ -1,0 +1,232 @@
+"""Topic.publish: the guard chain of DESIGN §3.2, throttle, backpressure and outcomes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from runtime import Bus, Delivery, Nack, Outcome, PublishReport
+from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
+
+
+class Order:
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+
+class RushOrder(Order):
+    pass
+
+
+@pytest.fixture
+def bus() -> Iterator[Bus]:
+    with Bus() as bus:
+        yield bus
+
+
+def test_closed_guard_comes_before_the_type_check(bus: Bus) -> None:
+    topic = bus.create_topic("orders", message_type=Order)
+    topic.close()
+
+    with pytest.raises(TopicClosedError):
+        topic.publish("not an order")
+
+    assert topic.stats().published == 0
+
+
+def test_type_check_uses_isinstance_so_subclasses_pass(bus: Bus) -> None:
+    topic = bus.create_topic("orders", message_type=Order)
+    topic.subscribe(lambda d: d.ack(), group="g")
+
+    topic.publish(RushOrder(1)).outcome.result(timeout=5)
+    with pytest.raises(MessageTypeError) as info:
+        topic.publish("nope")
+
+    assert isinstance(info.value, TypeError)
+    assert "Order" in str(info.value) and "str" in str(info.value)
+    stats = topic.stats()
+    assert (stats.published, stats.delivered) == (1, 1)
+
+
+def test_no_destinations_dead_letters_with_subscriber_minus_one(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+
+    report = topic.publish("lost")
+
+    assert report.balanced == {} and report.broadcast == 0
+    assert report.outcome.result(timeout=5) == Outcome(
+        acked=False, nacks=(Nack("none", "no_subscribers"),)
+    )
+    [letter] = list(topic.dead_letters)
+    assert (letter.message, letter.subscriber_id, letter.reason) == ("lost", -1, "no_subscribers")
+    stats = topic.stats()
+    assert (stats.published, stats.nacked, stats.dead_lettered, stats.pending) == (1, 1, 1, 0)
+
+
+def test_report_is_an_enqueue_time_snapshot(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    topic.create_group("billing")
+    topic.create_group("shipping")
+    audit = topic.subscription()
+    topic.subscription()
+
+    report = topic.publish("o-1", key="c-7", attributes={"a": "1"})
+
+    assert isinstance(report, PublishReport)
+    assert report.balanced == {"billing": "enqueued", "shipping": "enqueued"}
+    assert report.broadcast == 2
+    assert not report.outcome.done()
+    delivery = audit.receive(timeout=5)
+    assert (delivery.message, delivery.key, delivery.attributes) == ("o-1", "c-7", {"a": "1"})
+    assert delivery.message_id == report.message_id
+
+
+def test_message_ids_are_unique_and_increasing(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+
+    ids = [topic.publish(n).message_id for n in range(50)]
+
+    assert len(set(ids)) == 50
+    assert [int(i) for i in ids] == sorted(int(i) for i in ids)
+
+
+def test_outcome_is_acked_only_when_every_destination_acked(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    topic.subscribe(lambda d: d.ack(), group="billing")
+    topic.subscribe(lambda d: d.nack("out of stock"), group="shipping")
+    topic.subscribe(lambda d: d.ack())
+    third = topic.subscribe(lambda d: d.nack())
+
+    report = topic.publish("o-1")
+    outcome = report.outcome.result(timeout=5)
+
+    assert not outcome.acked
+    assert sorted(outcome.nacks, key=lambda n: n.destination) == [
+        Nack("group:shipping", "nack", "out of stock"),
+        Nack(f"subscriber:{third.id}", "nack", None),
+    ]
+    stats = topic.stats()
+    assert (stats.delivered, stats.nacked, stats.dead_lettered, stats.pending) == (0, 2, 2, 0)
+
+
+def test_delivered_counts_fully_acked_messages_once(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    for group in ("a", "b"):
+        topic.subscribe(lambda d: d.ack(), group=group)
+    topic.subscribe(lambda d: d.ack())
+
+    outcomes = [topic.publish(n).outcome for n in range(20)]
+
+    assert all(f.result(timeout=5).acked for f in outcomes)
+    assert topic.join(timeout=5)
+    assert topic.stats().delivered == 20
+
+
+def test_throttle_delays_follow_the_free_slot_ratio() -> None:
+    slept: list[float] = []
+    with Bus(sleep=slept.append) as bus:
+        topic = bus.create_topic("orders", max_pending=10, throttle=0.5, ack_timeout=None)
+        topic.create_group("held")  # no members: every message stays pending
+
+        for n in range(10):
+            topic.publish(n)
+        with pytest.raises(WouldBlock):
+            topic.publish(10, timeout=0.05)
+
+        assert [round(s, 3) for s in slept] == [0.2, 0.25, 0.333, 0.5, 1.0]
+        stats = topic.stats()
+        assert (stats.throttled, stats.pending) == (5, 10)
+
+
+def test_backpressure_counts_messages_not_deliveries(bus: Bus) -> None:
+    topic = bus.create_topic("orders", max_pending=1, ack_timeout=None)
+    readers = [topic.subscription() for _ in range(3)]
+    topic.publish("first")
+    deliveries = [r.receive(timeout=5) for r in readers]
+
+    deliveries[0].ack()
+    deliveries[1].nack()
+    with pytest.raises(WouldBlock):
+        topic.publish("second", timeout=0.05)
+    deliveries[2].ack()
+    report = topic.publish("second", timeout=5)
+
+    assert report.broadcast == 3
+    assert topic.stats().pending == 1
+
+
+def test_backpressure_slot_frees_on_timeout_too() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("orders", max_pending=1, ack_timeout=0.05)
+        reader = topic.subscription()
+        topic.publish("first")
+        delivery = reader.receive(timeout=5)
+
+        report = topic.publish("second", timeout=5)
+
+        assert delivery.timed_out
+        assert report.broadcast == 1
+
+
+def test_blocked_publisher_wakes_when_a_slot_frees(bus: Bus) -> None:
+    topic = bus.create_topic("orders", max_pending=1, ack_timeout=None)
+    reader = topic.subscription(group="g")
+    topic.publish("first")
+    started = threading.Event()
+
+    def publish_second() -> PublishReport:
+        started.set()
+        return topic.publish("second", timeout=10)
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(publish_second)
+        started.wait(5)
+        reader.receive(timeout=5).ack()
+        report = future.result(timeout=10)
+
+    assert report.balanced == {"g": "enqueued"}
+    assert reader.receive(timeout=5).message == "second"
+
+
+def test_closing_wakes_a_blocked_publisher_with_topic_closed(bus: Bus) -> None:
+    topic = bus.create_topic("orders", max_pending=1, ack_timeout=None)
+    topic.create_group("held")
+    topic.publish("first")
+    waiting = threading.Event()
+
+    def publish_blocked() -> None:
+        waiting.set()
+        topic.publish("second")
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(publish_blocked)
+        waiting.wait(5)
+        assert not future.done()
+        topic.close()
+
+        with pytest.raises(TopicClosedError):
+            future.result(timeout=10)
+
+
+def test_delivery_carries_the_object_itself(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    order = Order(7)
+    seen: list[Delivery[Order]] = []
+    done = threading.Event()
+
+    def handler(delivery: Delivery[Order]) -> None:
+        seen.append(delivery)
+        delivery.ack()
+        done.set()
+
+    topic.subscribe(handler, group="g")
+    topic.publish(order, key="")
+    done.wait(5)
+
+    assert seen[0].message is order
+    assert seen[0].key is None
+    assert seen[0].attributes == {}
+    assert (seen[0].topic, seen[0].group, seen[0].attempt) == ("orders", "g", 1)

@@ -1,0 +1,100 @@
+"""Process members: a group's handler in worker processes (issue 3 item 11)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from runtime import Bus, Delivery, Nack
+
+
+def _burn(delivery: Delivery[int]) -> int:
+    return sum(range(2_000 + delivery.message % 7))
+
+
+def test_group_with_two_workers_runs_the_handler_in_two_processes(tmp_path: Path) -> None:
+    def handler(delivery: Delivery[int]) -> None:
+        _burn(delivery)
+        (tmp_path / str(os.getpid())).touch()
+        delivery.ack()
+
+    with Bus() as bus:
+        topic = bus.create_topic("t", balanced_capacity=1000)
+        topic.subscribe(handler, group="g", workers=2)
+
+        reports = [topic.publish(n) for n in range(2_000)]
+
+        assert topic.join(timeout=60)
+        assert all(r.outcome.result(timeout=5).acked for r in reports)
+        pids = {int(p.name) for p in tmp_path.iterdir()}
+        assert len(pids) == 2
+        assert os.getpid() not in pids
+        assert topic.stats().delivered == 2_000
+
+
+def test_worker_settlements_and_errors_cross_back() -> None:
+    def handler(delivery: Delivery[int]) -> None:
+        if delivery.message == 1:
+            delivery.nack("odd one")
+        elif delivery.message == 2:
+            raise ValueError("broken")
+
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        topic.subscribe(handler, group="g", workers=1, auto_ack=True)
+
+        outcomes = [topic.publish(n).outcome.result(timeout=30) for n in range(3)]
+
+        assert outcomes[0].acked
+        assert outcomes[1].nacks == (Nack("group:g", "nack", "odd one"),)
+        assert outcomes[2].nacks == (Nack("group:g", "error", "broken"),)
+
+
+def test_killed_worker_loses_nothing_and_is_replaced() -> None:
+    total = 10_000
+
+    def handler(delivery: Delivery[int]) -> None:
+        _burn(delivery)  # keeps both workers backlogged, so the kill hits work in flight
+        delivery.ack()
+
+    with Bus() as bus:
+        topic = bus.create_topic("t", max_delivery_attempts=2, balanced_capacity=512)
+        topic.subscribe(handler, group="g", workers=2)
+        before = _worker_pids(bus)
+        victim = sorted(before)[0]
+
+        for n in range(total):
+            topic.publish(n)
+            if n == total // 4:
+                os.kill(victim, signal.SIGKILL)
+
+        assert topic.join(timeout=60)
+        stats = topic.stats()
+        letters = list(topic.dead_letters)
+        assert stats.pending == 0
+        assert stats.delivered + len(letters) == total
+        assert {d.reason for d in letters} <= {"worker_crashed"}
+        assert stats.redelivered > 0  # the kill hit deliveries in flight
+        after = _wait_for_workers(bus, 2)
+        assert victim not in after
+        assert len(after) == 2
+
+
+def _worker_pids(bus: Bus) -> set[int]:
+    return {
+        s.pid for s in bus.system.status().values()
+        if s.kind == "process" and s.alive and s.pid and psutil.pid_exists(s.pid)
+    }
+
+
+def _wait_for_workers(bus: Bus, count: int, timeout: float = 20.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    pids = _worker_pids(bus)
+    while len(pids) < count and time.monotonic() < deadline:
+        bus.topic("t").join(timeout=0.05)  # a bounded wait between status polls
+        pids = _worker_pids(bus)
+    return pids
