@@ -141,7 +141,7 @@ class Subscribers:
             handle = self.create_group(group)
             pool = self._system.pool(
                 WorkerActor, handler, auto_ack, size=workers, process=True,
-                name=f"{self._prefix}/workers:{sid}",
+                name=f"{self._prefix}/workers:{sid}", stuck_after=_stuck_after(self._settings),
             )
             self._pools.append(pool)
             seats = []
@@ -261,3 +261,11 @@ class Subscribers:
 
 def _teller(ref: Ref) -> Callable[[], None]:
     return lambda: ref.tell(WAKE)
+
+
+def _stuck_after(settings: TopicSettings) -> float | None:
+    """When a worker's batch has run this long, every delivery in it has already timed
+    out (and been redelivered or dead-lettered): the worker is hung, replace it."""
+    if settings.ack_timeout is None:
+        return None
+    return max(1.0, 2 * settings.ack_timeout)
