@@ -1,0 +1,282 @@
+"""The Publisher actor: accumulates messages into batches and sends them to the topic.
+
+All batching and ordering state lives in this actor and changes only in its thread.
+Callers (the `Publisher` handle) reach it through its mailbox:
+
+- `Publish` (one tell per message) adds a message to its lane's open batch;
+- `SendNow` closes every open batch (a publish about to block in flow control);
+- `Flush` does the same and answers once every batch closed so far has settled;
+- `Tick` comes from the ticker at the earliest batch deadline;
+- `BatchDone` comes back from the topic's future, through a tell, for every batch sent;
+- `SetOptions` and `Resume` are asks.
+
+Every message's future resolves exactly once, and its flow-control capacity is released
+exactly once, in `_settle` — on confirmation, failure, a paused key or a stop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors import Actor, Ref
+from runtime._batching import Batch, Batcher, BatchSettings
+from runtime._flow_control import FlowGate
+from runtime._message import Message
+from runtime._publisher_messages import (
+    BatchDone,
+    BatchTopic,
+    Flush,
+    Resume,
+    SendNow,
+    SetOptions,
+    Tick,
+)
+from runtime._publisher_sequencer import KeySequencer
+from runtime._publisher_ticker import Ticker
+from runtime.errors import OrderingKeyPausedError, PublishError
+
+__all__ = ["PublisherActor"]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Barrier:
+    """A flush waiting for the batches with ids <= ``last_id`` that were outstanding."""
+
+    last_id: int
+    remaining: int
+    done: Future[None] = field(compare=False)
+
+
+class PublisherActor(Actor):
+    """Batches messages per lane, sends them to ``topic``, settles their futures.
+
+    Args:
+        topic: anything with ``name`` and ``_publish_batch``.
+        gate: the flow-control gate shared with the handle; released here.
+        batching: the initial thresholds.
+        message_ordering: whether ordering keys get their own lanes.
+        on_paused: called (in this thread) with the paused keys whenever they change.
+        clock: the time source for batch latency.
+    """
+
+    def __init__(
+        self,
+        *,
+        topic: BatchTopic,
+        gate: FlowGate,
+        batching: BatchSettings,
+        message_ordering: bool,
+        on_paused: Callable[[frozenset[str]], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._topic = topic
+        self._gate = gate
+        self._ordering = message_ordering
+        self._on_paused = on_paused
+        self._clock = clock
+        self._batcher = Batcher(batching, clock=clock)
+        self._sequencer = KeySequencer()
+        self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
+        self._in_flight: dict[int, Future[list[str]]] = {}  # sent: the topic's futures
+        self._barriers: list[_Barrier] = []
+        self._tick_at: float | None = None
+        self._ticker: Ticker | None = None
+        self._self_ref: Ref | None = None
+
+    def on_start(self) -> None:
+        self._self_ref = ref = self.ref
+        self._ticker = Ticker(lambda: ref.tell(_TICK), clock=self._clock,
+                              name=f"{ref.name}-ticker")
+        self._ticker.start()
+
+    def on_stop(self) -> None:
+        self._abandon(PublishError("Publisher is closed", 9))
+
+    def on_failure(self, *_: object) -> None:
+        self._abandon(PublishError("Publisher failed internally", 13))
+
+    def on_receive(self, message: Any) -> Any:
+        if message.__class__ is tuple:
+            self._publish(*message)
+            return None
+        if message.__class__ is BatchDone:
+            self._batch_done(message)
+        elif message.__class__ is Tick:
+            self._tick()
+        elif isinstance(message, SendNow | Flush):
+            self._close_all()
+            if isinstance(message, Flush):
+                self._add_barrier(message.done)
+        elif isinstance(message, SetOptions):
+            self._set_options(message)
+        elif isinstance(message, Resume):
+            if self._sequencer.resume(message.key):
+                self._on_paused(self._sequencer.paused)
+        else:
+            raise TypeError(f"unexpected message for a Publisher: {message!r}")
+        return None
+
+    def _publish(self, message: Message, future: Future[str], size: int) -> None:
+        key = message.ordering_key if self._ordering else None
+        if key is not None and self._sequencer.is_paused(key):
+            _fail(future, OrderingKeyPausedError(key))
+            self._gate.release(1, size)
+            return
+        for batch in self._batcher.add(key, message, future, size):
+            self._close(batch)
+        if self._tick_at is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Ask the ticker for the earliest open batch's deadline, if it is earlier."""
+        deadline = self._batcher.next_deadline()
+        if deadline is not None and (self._tick_at is None or deadline < self._tick_at):
+            self._tick_at = deadline
+            if self._ticker is not None:
+                self._ticker.schedule(deadline)
+
+    def _tick(self) -> None:
+        self._tick_at = None
+        for batch in self._batcher.due():
+            self._close(batch)
+        self._arm()
+
+    def _close_all(self) -> None:
+        for batch in self._batcher.drain():
+            self._close(batch)
+
+    def _close(self, batch: Batch) -> None:
+        """A batch is complete: track it and send it unless its key has one in flight."""
+        self._outstanding[batch.id] = batch
+        ready = self._sequencer.submit(batch)
+        if ready is not None:
+            self._send(ready)
+
+    def _send(self, batch: Batch) -> None:
+        try:
+            result = self._topic._publish_batch(batch.messages)
+        except Exception as exc:  # a topic should fail the future; tolerate a raise
+            result = Future()
+            result.set_exception(exc)
+        ref = self._self_ref
+        assert ref is not None
+        batch_id = batch.id
+        self._in_flight[batch_id] = result
+        result.add_done_callback(lambda done: ref.tell(BatchDone(batch_id=batch_id, result=done)))
+
+    def _batch_done(self, done: BatchDone) -> None:
+        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
+        if self._in_flight.get(done.batch_id) is not done.result:
+            return
+        del self._in_flight[done.batch_id]
+        batch = self._outstanding[done.batch_id]
+        ids, error = _outcome(done.result, len(batch))
+        self._settle(batch, ids, error)
+        key = batch.key
+        if key is None:
+            return
+        if error is None:
+            following = self._sequencer.complete(key)
+            if following is not None:
+                self._send(following)
+        else:
+            self._pause(key)
+
+    def _pause(self, key: str) -> None:
+        """Fail everything waiting on ``key`` and refuse it until resumed."""
+        waiting = self._sequencer.pause(key)
+        still_open = self._batcher.take(key)
+        if still_open is not None:
+            waiting.append(still_open)
+        for batch in waiting:
+            self._settle(batch, None, OrderingKeyPausedError(key))
+        self._on_paused(self._sequencer.paused)
+
+    def _settle(self, batch: Batch, ids: list[str] | None, error: BaseException | None) -> None:
+        """Resolve every future of ``batch`` and release its capacity: once per batch."""
+        if ids is not None:
+            for future, message_id in zip(batch.futures, ids, strict=True):
+                try:
+                    future.set_result(message_id)
+                except InvalidStateError:  # the caller cancelled it
+                    pass
+        else:
+            assert error is not None
+            for future in batch.futures:
+                _fail(future, error)
+        self._gate.release(len(batch), batch.size)
+        if self._outstanding.pop(batch.id, None) is not None and self._barriers:
+            self._count_down(batch.id)
+
+    def _add_barrier(self, done: Future[None]) -> None:
+        if not self._outstanding:
+            _resolve(done, None)
+            return
+        self._barriers.append(_Barrier(
+            last_id=self._batcher.last_id, remaining=len(self._outstanding), done=done
+        ))
+
+    def _count_down(self, batch_id: int) -> None:
+        waiting = []
+        for barrier in self._barriers:
+            if batch_id <= barrier.last_id:
+                barrier.remaining -= 1
+            if barrier.remaining > 0:
+                waiting.append(barrier)
+            else:
+                _resolve(barrier.done, None)
+        self._barriers = waiting
+
+    def _set_options(self, options: SetOptions) -> None:
+        self._ordering = options.message_ordering
+        for batch in self._batcher.update(options.batching):
+            self._close(batch)
+        self._arm()
+
+    def _abandon(self, error: PublishError) -> None:
+        """Stop the ticker; fail and release everything not yet settled; wake flushes."""
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        self._sequencer.drain()
+        self._in_flight.clear()
+        for batch in [*self._batcher.drain(), *self._outstanding.values()]:
+            self._settle(batch, None, error)
+        for barrier in self._barriers:
+            _resolve(barrier.done, None)
+        self._barriers = []
+
+
+_TICK = Tick()
+
+
+def _outcome(
+    result: Future[list[str]], count: int
+) -> tuple[list[str] | None, BaseException | None]:
+    """The ids of a settled batch future, or the error that fails the whole batch."""
+    try:
+        ids = result.result(timeout=0)
+    except BaseException as exc:  # CancelledError included: the batch failed
+        return None, exc
+    if len(ids) != count:
+        return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
+    return ids, None
+
+
+def _resolve(future: Future[Any], value: Any) -> None:
+    try:
+        future.set_result(value)
+    except InvalidStateError:  # the caller cancelled it
+        pass
+
+
+def _fail(future: Future[Any], error: BaseException) -> None:
+    try:
+        future.set_exception(error)
+    except InvalidStateError:
+        pass

@@ -1,0 +1,189 @@
+"""Batch accumulation: exact count, byte and latency thresholds, driven by a fake clock."""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import Future
+
+import pytest
+
+from runtime._batching import Batch, Batcher, BatchSettings
+from runtime._message import Message
+from runtime.errors import PublishError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def add(batcher: Batcher, size: int, key: str | None = None) -> tuple[Batch, ...]:
+    message = Message(data=b"x" * size, ordering_key=key)
+    return batcher.add(key, message, Future(), message.size)
+
+
+def sizes(batch: Batch) -> list[int]:
+    return [len(message.data) for message in batch.messages]
+
+
+def test_defaults_match_the_contract() -> None:
+    settings = BatchSettings()
+
+    assert (settings.max_messages, settings.max_bytes, settings.max_latency) == (
+        100, 1024 * 1024, 0.010
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_messages", 0), ("max_messages", 1.5), ("max_messages", True),
+        ("max_bytes", 0), ("max_bytes", -1), ("max_bytes", "1"),
+        ("max_latency", -0.001), ("max_latency", float("nan")), ("max_latency", "0.1"),
+    ],
+)
+def test_invalid_settings_raise_code_3_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(PublishError) as caught:
+        BatchSettings(**{field: value})  # type: ignore[arg-type]
+
+    assert caught.value.code == 3
+    assert field in str(caught.value)
+    assert pickle.loads(pickle.dumps(caught.value)).code == 3
+
+
+def test_nth_message_closes_the_batch_exactly() -> None:
+    batcher = Batcher(BatchSettings(max_messages=10, max_latency=60.0), clock=FakeClock())
+
+    closed = [add(batcher, 1) for _ in range(11)]
+
+    assert all(c == () for c in closed[:9])
+    assert [len(b) for b in closed[9]] == [10]
+    assert closed[10] == ()
+    assert len(batcher) == 1
+
+
+def test_byte_threshold_reached_exactly_closes_at_once() -> None:
+    batcher = Batcher(BatchSettings(max_bytes=1024, max_latency=60.0), clock=FakeClock())
+
+    first, second, third = add(batcher, 512), add(batcher, 512), add(batcher, 512)
+
+    assert first == ()
+    assert [sizes(b) for b in second] == [[512, 512]]
+    assert third == ()
+    assert [sizes(b) for b in batcher.drain()] == [[512]]
+
+
+def test_message_that_would_exceed_bytes_sends_the_pending_batch_first() -> None:
+    batcher = Batcher(BatchSettings(max_bytes=1024, max_latency=60.0), clock=FakeClock())
+    add(batcher, 600)
+
+    closed = add(batcher, 500)
+
+    assert [sizes(b) for b in closed] == [[600]]
+    assert [sizes(b) for b in batcher.drain()] == [[500]]
+
+
+def test_lone_message_above_max_bytes_goes_alone() -> None:
+    batcher = Batcher(BatchSettings(max_bytes=1024, max_latency=60.0), clock=FakeClock())
+    add(batcher, 10)
+
+    closed = add(batcher, 5000)
+
+    assert [sizes(b) for b in closed] == [[10], [5000]]
+    assert len(batcher) == 0
+
+
+def test_size_counts_utf8_attributes() -> None:
+    batcher = Batcher(BatchSettings(max_bytes=10, max_latency=60.0), clock=FakeClock())
+    message = Message(data=b"ab", attributes={"é": "xyz"})
+
+    closed = batcher.add(None, message, Future(), message.size)
+
+    assert message.size == 2 + 2 + 3
+    assert closed == ()
+    assert batcher.drain()[0].size == 7
+
+
+def test_all_thresholds_minimal_means_no_batching() -> None:
+    batcher = Batcher(BatchSettings(max_messages=1, max_bytes=1, max_latency=0), clock=FakeClock())
+
+    closed = [add(batcher, 0) for _ in range(3)]
+
+    assert [[len(b) for b in c] for c in closed] == [[1], [1], [1]]
+
+
+def test_zero_latency_sends_every_message_at_once() -> None:
+    batcher = Batcher(BatchSettings(max_latency=0), clock=FakeClock())
+
+    assert [len(b) for b in add(batcher, 5)] == [1]
+
+
+def test_latency_closes_batches_oldest_first_when_due() -> None:
+    clock = FakeClock()
+    batcher = Batcher(BatchSettings(max_messages=1000, max_latency=0.020), clock=clock)
+    add(batcher, 1, key="a")
+    clock.now += 0.005
+    add(batcher, 1, key="b")
+
+    clock.now += 0.0149
+    not_yet = batcher.due()
+    clock.now += 0.0001
+    first = batcher.due()
+    clock.now += 0.005
+    second = batcher.due()
+
+    assert not_yet == []
+    assert [b.key for b in first] == ["a"]
+    assert [b.key for b in second] == ["b"]
+
+
+def test_next_deadline_is_the_oldest_open_batch_plus_latency() -> None:
+    clock = FakeClock()
+    batcher = Batcher(BatchSettings(max_latency=0.5), clock=clock)
+    assert batcher.next_deadline() is None
+
+    add(batcher, 1, key="a")
+    clock.now += 0.2
+    add(batcher, 1, key="b")
+
+    assert batcher.next_deadline() == pytest.approx(100.5)
+
+
+def test_lanes_batch_separately_and_ids_increase() -> None:
+    batcher = Batcher(BatchSettings(max_latency=60.0), clock=FakeClock())
+    for key in ["A", "B", "A", None]:
+        add(batcher, 1, key=key)
+
+    batches = batcher.drain()
+
+    assert [(b.key, len(b)) for b in batches] == [("A", 2), ("B", 1), (None, 1)]
+    assert [b.id for b in batches] == [1, 2, 3]
+    assert batcher.last_id == 3
+
+
+def test_take_removes_one_lane() -> None:
+    batcher = Batcher(BatchSettings(max_latency=60.0), clock=FakeClock())
+    add(batcher, 1, key="A")
+    add(batcher, 1, key="B")
+
+    taken = batcher.take("A")
+
+    assert taken is not None and taken.key == "A"
+    assert [b.key for b in batcher.drain()] == ["B"]
+    assert batcher.take("A") is None
+
+
+def test_update_closes_batches_that_now_reach_a_threshold() -> None:
+    batcher = Batcher(BatchSettings(max_latency=60.0), clock=FakeClock())
+    for _ in range(3):
+        add(batcher, 1, key="A")
+    add(batcher, 1, key="B")
+
+    full = batcher.update(BatchSettings(max_messages=2, max_latency=60.0))
+
+    assert [(b.key, len(b)) for b in full] == [("A", 3)]
+    assert batcher.settings.max_messages == 2
+    assert [b.key for b in batcher.drain()] == ["B"]

@@ -1,0 +1,134 @@
+"""MessageFuture behaves as a concurrent.futures.Future in every way a caller uses one."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    CancelledError,
+    Future,
+    InvalidStateError,
+    as_completed,
+    wait,
+)
+
+import pytest
+
+from runtime._publisher_future import MessageFuture
+
+
+def resolve_later(future: Future[str], value: str, started: threading.Event) -> threading.Thread:
+    def run() -> None:
+        started.wait(5.0)
+        future.set_result(value)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_is_a_concurrent_future_resolved_without_waiters() -> None:
+    future: MessageFuture[str] = MessageFuture()
+
+    future.set_result("id-1")
+
+    assert isinstance(future, Future)
+    assert future.done() and not future.cancelled()
+    assert future.result(timeout=0) == "id-1"
+    assert future.exception(timeout=0) is None
+
+
+def test_result_waits_for_a_resolution_from_another_thread() -> None:
+    future: MessageFuture[str] = MessageFuture()
+    started = threading.Event()
+    thread = resolve_later(future, "late", started)
+
+    started.set()
+    value = future.result(timeout=5.0)
+    thread.join(timeout=5.0)
+
+    assert value == "late"
+
+
+def test_result_times_out_while_pending() -> None:
+    future: MessageFuture[str] = MessageFuture()
+
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0.01)
+
+
+def test_callbacks_run_once_whether_added_before_or_after() -> None:
+    future: MessageFuture[str] = MessageFuture()
+    seen: list[str] = []
+    future.add_done_callback(lambda f: seen.append("before:" + f.result()))
+
+    future.set_result("x")
+    future.add_done_callback(lambda f: seen.append("after:" + f.result()))
+
+    assert seen == ["before:x", "after:x"]
+
+
+def test_wait_and_as_completed_see_the_resolution() -> None:
+    futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(3)]
+    started = threading.Event()
+    threads = [resolve_later(f, f"id{i}", started) for i, f in enumerate(futures)]
+
+    started.set()
+    done, _ = wait(futures, timeout=5.0, return_when=FIRST_COMPLETED)
+    completed = sorted(f.result() for f in as_completed(futures, timeout=5.0))
+    for thread in threads:
+        thread.join(timeout=5.0)
+
+    assert done
+    assert completed == ["id0", "id1", "id2"]
+
+
+def test_cancel_and_double_resolution_behave_like_future() -> None:
+    cancelled: MessageFuture[str] = MessageFuture()
+    resolved: MessageFuture[str] = MessageFuture()
+
+    assert cancelled.cancel()
+    resolved.set_result("once")
+
+    with pytest.raises(InvalidStateError):
+        cancelled.set_result("late")
+    with pytest.raises(InvalidStateError):
+        resolved.set_result("twice")
+    with pytest.raises(CancelledError):
+        cancelled.result(timeout=0)
+    assert resolved.result(timeout=0) == "once"
+
+
+def test_exception_is_delivered() -> None:
+    future: MessageFuture[str] = MessageFuture()
+
+    future.set_exception(ValueError("boom"))
+
+    with pytest.raises(ValueError, match="boom"):
+        future.result(timeout=0)
+    assert "finished raised ValueError" in repr(future)
+
+
+def test_works_with_asyncio_wrap_future() -> None:
+    future: MessageFuture[str] = MessageFuture()
+
+    async def main() -> str:
+        wrapped = asyncio.wrap_future(future)
+        asyncio.get_running_loop().call_soon(future.set_result, "async")
+        return await asyncio.wait_for(wrapped, timeout=5.0)
+
+    assert asyncio.run(main()) == "async"
+
+
+def test_many_racing_waiters_are_all_woken() -> None:
+    for _ in range(200):
+        future: MessageFuture[int] = MessageFuture()
+        results: list[int] = []
+        waiter = threading.Thread(target=lambda f=future, r=results: r.append(f.result(timeout=5.0)))
+        waiter.start()
+
+        future.set_result(7)
+        waiter.join(timeout=5.0)
+
+        assert results == [7]

@@ -1,0 +1,151 @@
+"""Ordering keys: a batch per key, one in flight per key, pause on failure, resume."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from test_publisher_support import FakeTopic
+
+from actors import ActorSystem
+from runtime._batching import BatchSettings
+from runtime._publisher import Publisher
+from runtime.errors import OrderingKeyPausedError, TopicClosedError
+
+ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)
+
+
+@pytest.fixture
+def system() -> Iterator[ActorSystem]:
+    with ActorSystem() as actor_system:
+        yield actor_system
+
+
+def keys_and_data(topic: FakeTopic) -> list[list[tuple[str | None, bytes]]]:
+    return [[(m.ordering_key, m.data) for m in batch] for batch in topic.batches]
+
+
+def test_each_key_gets_its_own_batch(system: ActorSystem) -> None:
+    topic = FakeTopic()
+    settings = BatchSettings(max_latency=60.0)
+    with Publisher(topic, system=system, batching=settings, message_ordering=True) as pub:
+        for data, key in [(b"a1", "A"), (b"b1", "B"), (b"a2", "A"), (b"n1", None)]:
+            pub.publish(data, ordering_key=key)
+        pub.flush(timeout=5.0)
+
+    assert sorted(keys_and_data(topic), key=str) == sorted(
+        [[("A", b"a1"), ("A", b"a2")], [("B", b"b1")], [(None, b"n1")]], key=str
+    )
+
+
+def test_without_ordering_keys_share_one_batch(system: ActorSystem) -> None:
+    topic = FakeTopic()
+    with Publisher(topic, system=system, batching=BatchSettings(max_latency=60.0)) as pub:
+        for data, key in [(b"a1", "A"), (b"b1", "B"), (b"a2", "A")]:
+            pub.publish(data, ordering_key=key)
+        pub.flush(timeout=5.0)
+
+    assert keys_and_data(topic) == [[("A", b"a1"), ("B", b"b1"), ("A", b"a2")]]
+
+
+def test_a_keys_batches_go_out_one_at_a_time_in_order(system: ActorSystem) -> None:
+    topic = FakeTopic(hold=True)
+    pub = Publisher(topic, system=system, batching=ONE_AT_A_TIME, message_ordering=True)
+    futures = [pub.publish(b"a%d" % i, ordering_key="A") for i in range(3)]
+    topic.wait_for_held(1)
+    other = pub.publish(b"b0", ordering_key="B")  # another key is not held back
+    topic.wait_for_held(2)
+    pub.set_options()
+
+    assert keys_and_data(topic) == [[("A", b"a0")], [("B", b"b0")]]
+    topic.confirm()  # a0
+    topic.wait_for_held(2)
+    assert keys_and_data(topic)[2] == [("A", b"a1")]
+    topic.confirm(2)  # b0, a1
+    topic.wait_for_held(1)
+    topic.confirm()
+    pub.close(timeout=5.0)
+
+    assert [f.result(timeout=0) for f in futures] == ["fake-1", "fake-3", "fake-4"]
+    assert other.result(timeout=0) == "fake-2"
+    assert [b[0].data for b in topic.batches if b[0].ordering_key == "A"] == [b"a0", b"a1", b"a2"]
+
+
+def test_failed_key_pauses_until_resumed_while_others_carry_on(system: ActorSystem) -> None:
+    topic = FakeTopic(hold=True)
+    pub = Publisher(topic, system=system, batching=ONE_AT_A_TIME, message_ordering=True)
+    failing = pub.publish(b"a0", ordering_key="A")
+    queued = [pub.publish(b"a%d" % i, ordering_key="A") for i in (1, 2)]
+    topic.wait_for_held(1)
+
+    topic.fail(TopicClosedError("fake"))
+
+    assert isinstance(failing.exception(timeout=5.0), TopicClosedError)
+    for future in queued:
+        error = future.exception(timeout=5.0)
+        assert isinstance(error, OrderingKeyPausedError) and error.code == 9
+    assert pub.paused_keys() == ["A"]
+    with pytest.raises(OrderingKeyPausedError) as caught:
+        pub.publish(b"a3", ordering_key="A")
+    assert str(caught.value) == "Publishing paused for ordering key: A"
+    assert caught.value.code == 9
+    other = pub.publish(b"b0", ordering_key="B")
+    topic.wait_for_held(1)
+    topic.confirm()
+    assert other.result(timeout=5.0) == "fake-1"
+    assert pub.outstanding == (0, 0)
+
+    pub.resume_publish("C")  # not paused: a no-op
+    pub.resume_publish("A")
+    assert pub.paused_keys() == []
+    resumed = pub.publish(b"a4", ordering_key="A")
+    topic.wait_for_held(1)
+    topic.confirm()
+    assert resumed.result(timeout=5.0) == "fake-2"
+    pub.close(timeout=5.0)
+    assert [b[0].data for b in topic.batches] == [b"a0", b"b0", b"a4"]
+
+
+def test_pause_fails_the_keys_open_batch_too(system: ActorSystem) -> None:
+    topic = FakeTopic(hold=True)
+    settings = BatchSettings(max_messages=2, max_latency=60.0)
+    pub = Publisher(topic, system=system, batching=settings, message_ordering=True)
+    sent = [pub.publish(b"a%d" % i, ordering_key="A") for i in range(2)]
+    topic.wait_for_held(1)
+    still_open = pub.publish(b"a2", ordering_key="A")
+    pub.set_options()
+
+    topic.fail(TopicClosedError("fake"))
+
+    assert all(isinstance(f.exception(timeout=5.0), TopicClosedError) for f in sent)
+    assert isinstance(still_open.exception(timeout=5.0), OrderingKeyPausedError)
+    assert pub.outstanding == (0, 0)
+    pub.close(timeout=5.0)
+    assert len(topic.batches) == 1
+
+
+def test_empty_and_none_keys_mean_no_key(system: ActorSystem) -> None:
+    topic = FakeTopic()
+    settings = BatchSettings(max_latency=60.0)
+    with Publisher(topic, system=system, batching=settings, message_ordering=True) as pub:
+        pub.publish(b"1", ordering_key="")
+        pub.publish(b"2", ordering_key=None)
+        pub.resume_publish("")
+        pub.flush(timeout=5.0)
+
+    assert keys_and_data(topic) == [[(None, b"1"), (None, b"2")]]
+
+
+def test_many_keys_share_one_ticker_thread(system: ActorSystem) -> None:
+    topic = FakeTopic()
+    settings = BatchSettings(max_latency=0.02)
+    with Publisher(topic, system=system, batching=settings, message_ordering=True) as pub:
+        threads_before = threading.active_count()
+        futures = [pub.publish(b"x", ordering_key=f"k{i}") for i in range(50)]
+        threads_during = threading.active_count()
+        ids = [f.result(timeout=5.0) for f in futures]
+
+    assert threads_during == threads_before
+    assert len(set(ids)) == 50
+    assert sorted(len(b) for b in topic.batches) == [1] * 50
