@@ -9,6 +9,8 @@ from runtime._flow_control import FlowControl
 from runtime._message import Message
 from runtime._outcome import Nack, Outcome, PublishReport
 from runtime._publisher import Publisher
+from runtime._remote import RemoteBus, connect
+from runtime._server import BusServer
 from runtime._settings import TopicSettings
 from runtime._stats import TopicStats
 from runtime._subscription import PullSubscription, Subscription
@@ -17,6 +19,7 @@ from runtime._topic import Topic
 __all__ = [
     "BatchSettings",
     "Bus",
+    "BusServer",
     "DeadLetter",
     "DeadLetterQueue",
     "Delivery",
@@ -27,9 +30,11 @@ __all__ = [
     "PublishReport",
     "Publisher",
     "PullSubscription",
+    "RemoteBus",
     "Subscription",
     "Topic",
     "TopicSettings",
     "TopicStats",
+    "connect",
     "errors",
 ]

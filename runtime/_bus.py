@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors import ActorSystem
 from runtime._dead_letters import DeadLetterQueue
@@ -15,6 +15,9 @@ from runtime._settings import TopicSettings
 from runtime._stats import TopicStats
 from runtime._timer import Timer
 from runtime._topic import Topic
+
+if TYPE_CHECKING:
+    from runtime._server import BusServer
 from runtime.errors import (
     InvalidSettingsError,
     TopicClosedError,
@@ -51,6 +54,7 @@ class Bus:
         self._topics: dict[str, Topic[Any]] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._servers: list[BusServer] = []
 
     def __enter__(self) -> Bus:
         return self
@@ -138,9 +142,19 @@ class Bus:
         """Every topic's stats, by name."""
         return {name: topic.stats() for name, topic in list(self._topics.items())}
 
-    def serve(self, *args: Any, **kwargs: Any) -> Any:
-        """Serve this bus to other processes (the broker endpoint, DESIGN §3.6)."""
-        raise NotImplementedError("the broker endpoint is not part of this build yet")
+    def serve(self, address: tuple[str, int] | str = ("127.0.0.1", 0), *, authkey: bytes,
+              **limits: Any) -> BusServer:
+        """Serve this bus to other processes: the broker endpoint (DESIGN §3.6).
+
+        Binds loopback unless told otherwise; peers must pass the HMAC challenge with
+        ``authkey`` before any data. Does not block; the bus closes the server on close.
+        """
+        from runtime._server import serve
+
+        server = serve(self, address, authkey=authkey, **limits)
+        with self._lock:
+            self._servers.append(server)
+        return server
 
     def close(self) -> None:
         """Close every topic, stop their actors and the timer; idempotent.
@@ -152,6 +166,9 @@ class Bus:
                 return
             self._closed = True
             topics = list(self._topics.values())
+            servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
         for topic in reversed(topics):
             topic._shutdown()
         self._timer.stop()

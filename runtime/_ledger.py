@@ -158,6 +158,15 @@ class Ledger:
         for future in futures or ():
             future.set_result(outcome)
 
+    def dead_letter_refused(self, envelope: Envelope, reason: str, error: str | None) -> None:
+        """Dead-letter a message refused on its way in (counts as published and nacked)."""
+        effects: list[Effect] = []
+        with self._changed:
+            self._counters.published += 1
+            self._counters.nacked += 1
+            self._bury(Delivery.settled(envelope, -1, None, 0, reason, error), effects)
+        _run(effects)
+
     # -- subscriber side ----------------------------------------------------------
 
     def register(self, handover: HandOver) -> bool:

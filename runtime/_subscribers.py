@@ -162,8 +162,8 @@ class Subscribers:
             except Exception:
                 logger.warning("worker pool %s did not stop cleanly", pool.name, exc_info=True)
 
-    def subscription(self, group: str | None) -> PullSubscription[Any]:
-        """Attach a pull subscriber (reads the ring, or is a group member with prefetch 1)."""
+    def subscription(self, group: str | None, prefetch: int = 1) -> PullSubscription[Any]:
+        """Attach a pull subscriber (reads the ring, or is a group member with a prefetch)."""
         with self._lock:
             seat = Seat(next(self._keys), next(self._ids))
             sid = seat.subscriber_id
@@ -172,7 +172,7 @@ class Subscribers:
                 source = RingSource(self._ring, sid, self._ledger, self._tracker)
                 return PullSubscription(sid, None, source, lambda: self._unsubscribe(seat))
             handle = self.create_group(group)
-            pull = PullEndpoint(seat.key, sid, handle.ref, self._topic)
+            pull = PullEndpoint(seat.key, sid, handle.ref, self._topic, prefetch)
             self._groups[group].pulls[sid] = pull
             self._join(group, seat, pull)
             return PullSubscription(sid, group, pull, lambda: self._leave(group, seat))

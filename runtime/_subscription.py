@@ -63,12 +63,15 @@ class Source(Protocol):
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Block for the next delivery (TimeoutError, TopicClosedError)."""
 
+    def receive_many(self, max_messages: int, timeout: float | None) -> list[Delivery[Any]]:
+        """Block for the first delivery, then take up to ``max_messages`` ready ones."""
+
 
 class PullSubscription(Subscription, Generic[T]):
     """A subscription you read from: ``receive()`` or iterate; settle each delivery.
 
     With ``group=None`` it is a broadcast subscriber reading the ring directly; with a
-    group it is a member with a prefetch of one.
+    group it is a member with a prefetch (one unless asked otherwise).
     """
 
     def __init__(
@@ -94,6 +97,18 @@ class PullSubscription(Subscription, Generic[T]):
         """
         return self._source.receive(timeout)
 
+    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Delivery[T]]:
+        """Block for the next delivery, then take every ready one, up to ``max_messages``.
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout`` seconds.
+            TopicClosedError: the topic is closed (and nothing is left) or unsubscribed.
+            ValueError: ``max_messages`` < 1.
+        """
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        return self._source.receive_many(max_messages, timeout)
+
     def receive_nowait(self) -> Delivery[T]:
         """Return the next delivery if one is ready.
 
@@ -116,6 +131,10 @@ class RingSource:
         self._ledger = ledger
         self._tracker = tracker
 
+    def receive_many(self, max_messages: int, timeout: float | None) -> list[Delivery[Any]]:
+        """One entry at a time: a broadcast reader's cursor moves per receive."""
+        return [self.receive(timeout)]
+
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Take the next entry and hand it over (its ack deadline starts now)."""
         envelope = self._ring.read_one(self._subscriber_id, timeout)
@@ -126,11 +145,11 @@ class RingSource:
 
 
 class PullEndpoint:
-    """A pull group member: the group pushes one delivery at a time into its buffer."""
+    """A pull group member: the group pushes up to ``window`` deliveries into its buffer."""
 
-    window = 1
-
-    def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str) -> None:
+    def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
+                 window: int = 1) -> None:
+        self.window = window
         self.key = key
         self.subscriber_id = subscriber_id
         self._group = group
@@ -147,14 +166,27 @@ class PullEndpoint:
 
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Block for the next still-pending delivery; returns credit for each taken."""
+        return self.receive_many(1, timeout)[0]
+
+    def receive_many(self, max_messages: int, timeout: float | None) -> list[Delivery[Any]]:
+        """Block for at least one pending delivery; take up to ``max_messages`` at once.
+
+        Credit goes back to the group once for the whole batch.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while True:
-                while self._items:
+                taken = 0
+                pending: list[Delivery[Any]] = []
+                while self._items and len(pending) < max_messages:
                     delivery = self._items.popleft()
-                    self._group.tell(Credit(self.key, 1))
+                    taken += 1
                     if delivery.pending:
-                        return delivery
+                        pending.append(delivery)
+                if taken:
+                    self._group.tell(Credit(self.key, taken))
+                if pending:
+                    return pending
                 if self._closed:
                     raise TopicClosedError(self._topic)
                 remaining = None if deadline is None else deadline - time.monotonic()

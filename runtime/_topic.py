@@ -185,14 +185,33 @@ class Topic(Generic[T]):
             return self._subscribers.subscribe_workers(handler, group, auto_ack, workers)
         return self._subscribers.subscribe(handler, group, auto_ack)
 
-    def subscription(self, *, group: str | None = None) -> PullSubscription[T]:
+    def subscription(self, *, group: str | None = None, prefetch: int = 1) -> PullSubscription[T]:
         """A pull subscription: a broadcast reader (``group=None``) or a group member.
+
+        ``prefetch`` (group members): how many deliveries the group may hand this member
+        ahead of ``receive``; their ack deadlines run from that hand-over.
 
         Raises:
             TopicClosedError: the topic is closed.
+            InvalidSettingsError: ``prefetch`` is not an int >= 1.
         """
         self._check_open()
-        return self._subscribers.subscription(group)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise InvalidSettingsError("prefetch", f"must be an int >= 1, got {prefetch!r}")
+        return self._subscribers.subscription(group, prefetch)
+
+    def _sync(self, timeout: float | None = 5.0) -> None:
+        """Return once every settlement made before the call has been applied to the stats.
+
+        Settlements reach the tracker actor by mail; it answers asks in mailbox order.
+        """
+        self._tracker.ask(None, timeout=timeout).result(timeout)
+
+    def _dead_letter(self, message: Message, *, reason: str, error: str | None) -> None:
+        """Put a message refused on its way in (a Spark row flagged by its error column)
+        into the dead letters with an id of its own; it counts as published and nacked."""
+        self._check_open()
+        self._ledger.dead_letter_refused(self._path.envelopes([message])[0], reason, error)
 
     def create_group(self, name: str) -> None:
         """Create balanced group ``name`` with no members yet (messages wait in it)."""

@@ -1,0 +1,79 @@
+"""Arrow on the data plane: source columns to record batches, sink batches to columns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+
+__all__ = ["SOURCE_SCHEMA", "check_sink_schema", "record_batch", "sink_columns"]
+
+SOURCE_SCHEMA = (
+    "message_id string, key string, payload binary, attributes map<string,string>, "
+    "published_at timestamp, attempt int"
+)
+
+
+def record_batch(columns: Mapping[str, list[Any]], schema: StructType) -> pa.RecordBatch:
+    """The source rows of broker ``columns`` as one batch of exactly Spark's Arrow schema."""
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    micros = [int(t * 1_000_000) for t in columns["published_at"]]
+    attributes = columns["attributes"]
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for mapping in attributes:
+        keys += mapping.keys()
+        values += mapping.values()
+        offsets.append(len(keys))
+    arrays = {
+        "message_id": pa.array(columns["message_id"], pa.string()),
+        "key": pa.array(columns["key"], pa.string()),
+        "payload": pa.array(columns["payload"], pa.binary()),
+        "attributes": pa.MapArray.from_arrays(
+            pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())),
+        "published_at": pa.array(micros, pa.timestamp("us", tz="UTC")),
+        "attempt": pa.array(columns["attempt"], pa.int32()),
+    }
+    return pa.RecordBatch.from_arrays(
+        [arrays[field.name].cast(field.type) for field in arrow_schema], schema=arrow_schema)
+
+
+def check_sink_schema(schema: StructType, error_column: str | None) -> None:
+    """Refuse a frame the sink cannot publish, before any task runs.
+
+    Raises:
+        ValueError: no ``payload`` column, or a column of the wrong type.
+    """
+    fields = {field.name: field.dataType for field in schema.fields}
+    if not isinstance(fields.get("payload"), BinaryType | StringType):
+        raise ValueError("actorbus sink: a 'payload' column of binary or string type is required")
+    if "key" in fields and not isinstance(fields["key"], StringType):
+        raise ValueError("actorbus sink: column 'key' must be a string")
+    attributes = fields.get("attributes")
+    if attributes is not None and not (
+        isinstance(attributes, MapType) and isinstance(attributes.keyType, StringType)
+    ):
+        raise ValueError("actorbus sink: column 'attributes' must be map<string,string>")
+    if error_column is not None and error_column not in fields:
+        raise ValueError(f"actorbus sink: error_column {error_column!r} is not a column")
+
+
+def sink_columns(batch: pa.RecordBatch, error_column: str | None) -> dict[str, list[Any]]:
+    """The staged columns of one sink batch: payload, and key/attributes/error if present."""
+    names = set(batch.schema.names)
+    columns: dict[str, list[Any]] = {"payload": batch.column("payload").to_pylist()}
+    if "key" in names:
+        columns["key"] = batch.column("key").to_pylist()
+    if "attributes" in names:
+        columns["attributes"] = [
+            None if pairs is None else {str(k): str(v) for k, v in pairs}
+            for pairs in batch.column("attributes").to_pylist()
+        ]
+    if error_column is not None:
+        errors = batch.column(error_column).to_pylist()
+        columns["error"] = [None if e is None else str(e) for e in errors]
+    return columns

@@ -1,0 +1,49 @@
+"""The ``actorbus`` Python data source: a streaming source and two sinks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from runtime.spark._arrow import SOURCE_SCHEMA, check_sink_schema
+from runtime.spark._options import SinkOptions, SourceOptions
+from runtime.spark._sink import ActorbusBatchWriter, ActorbusStreamWriter
+from runtime.spark._source import ActorbusStreamReader
+
+__all__ = ["ActorbusDataSource", "register"]
+
+
+class ActorbusDataSource(DataSource):
+    """``format("actorbus")``: read a group as a stream, write rows to a topic."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "actorbus"
+
+    def schema(self) -> str:
+        """The source's columns."""
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> ActorbusStreamReader:
+        """The streaming source (see `ActorbusStreamReader`)."""
+        return ActorbusStreamReader(SourceOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> ActorbusStreamWriter:
+        """The streaming sink (see `ActorbusStreamWriter`)."""
+        options = SinkOptions.parse(self.options)
+        check_sink_schema(schema, options.error_column)
+        return ActorbusStreamWriter(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> ActorbusBatchWriter:
+        """The batch sink (see `ActorbusBatchWriter`)."""
+        options = SinkOptions.parse(self.options)
+        check_sink_schema(schema, options.error_column)
+        return ActorbusBatchWriter(options)
+
+
+def register(spark: Any) -> None:
+    """Register the ``actorbus`` format with ``spark`` (a `SparkSession`); idempotent."""
+    spark.dataSource.register(ActorbusDataSource)
