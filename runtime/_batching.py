@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -127,27 +127,36 @@ class Batcher:
 
     def add(
         self, key: str | None, message: Message, future: Future[str], size: int
-    ) -> tuple[Batch, ...]:
+    ) -> list[Batch]:
         """Add a message to its lane's open batch; return the batches this closed, in order."""
+        return self.add_many(key, ((message, future, size),))
+
+    def add_many(
+        self, key: str | None, items: Iterable[tuple[Message, Future[str], int]]
+    ) -> list[Batch]:
+        """Add messages, in order, to one lane; return the batches they closed, in order.
+
+        One call per burst keeps the per-message work to a few list operations.
+        """
         settings = self._settings
+        max_messages, max_bytes = settings.max_messages, settings.max_bytes
+        at_once = settings.max_latency <= 0
+        closed: list[Batch] = []
         batch = self._open.get(key)
-        closed: tuple[Batch, ...] = ()
-        if batch is not None and batch.size + size > settings.max_bytes:
-            del self._open[key]
-            closed = (batch,)
-            batch = None
-        if batch is None:
-            batch = self._open[key] = self._new(key)
-        batch.messages.append(message)
-        batch.futures.append(future)
-        batch.size += size
-        if (
-            len(batch.messages) >= settings.max_messages
-            or batch.size >= settings.max_bytes
-            or settings.max_latency <= 0
-        ):
-            del self._open[key]
-            closed = (*closed, batch)
+        for message, future, size in items:
+            if batch is not None and batch.size + size > max_bytes:
+                del self._open[key]  # the message would overflow it: send it first
+                closed.append(batch)
+                batch = None
+            if batch is None:
+                batch = self._open[key] = self._new(key)
+            batch.messages.append(message)
+            batch.futures.append(future)
+            batch.size += size
+            if len(batch.messages) >= max_messages or batch.size >= max_bytes or at_once:
+                del self._open[key]
+                closed.append(batch)
+                batch = None
         return closed
 
     def due(self) -> list[Batch]:

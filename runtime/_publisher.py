@@ -17,10 +17,11 @@ from typing import Any
 from actors import ActorSystem
 from runtime._batching import BatchSettings
 from runtime._flow_control import FlowControl, FlowGate
-from runtime._message import Message
+from runtime._message import Message, new_message
 from runtime._publisher_actor import PublisherActor
 from runtime._publisher_future import MessageFuture
-from runtime._publisher_messages import BatchTopic, Flush, Resume, SendNow, SetOptions
+from runtime._publisher_intake import Intake
+from runtime._publisher_messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime._publisher_validation import (
     MAX_MESSAGE_SIZE,
     as_bytes,
@@ -76,11 +77,12 @@ class Publisher:
         self._message_ordering = check_ordering(message_ordering)
         self._topic = topic
         self._gate = FlowGate(self._flow_control, clock=clock)
+        self._intake = Intake()
         self._paused: frozenset[str] = frozenset()
         self._closed = False
         self._options_lock = threading.Lock()
         self._ref = system.spawn(
-            PublisherActor, name=name, topic=topic, gate=self._gate,
+            PublisherActor, name=name, topic=topic, gate=self._gate, intake=self._intake,
             batching=self._batching, message_ordering=self._message_ordering,
             on_paused=self._set_paused, clock=clock,
         )
@@ -143,8 +145,7 @@ class Publisher:
             attributes, size = {}, len(data)
         if ordering_key is not None:
             ordering_key = checked_key(ordering_key)
-        message = Message(data=data, attributes=attributes, ordering_key=ordering_key)
-        return self._submit(message, size)
+        return self._submit(new_message(data, attributes, ordering_key), size)
 
     def publish_message(self, message: Message) -> Future[str]:
         """Publish a prepared `Message` (its id and publish time are assigned anew).
@@ -158,7 +159,7 @@ class Publisher:
         key = message.ordering_key
         key = None if key is None else checked_key(key)
         # A fresh Message: the caller's attributes dict may change after the call.
-        return self._submit(Message(data=data, attributes=attributes, ordering_key=key), size)
+        return self._submit(new_message(data, attributes, key), size)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every pending batch; wait until everything accepted before the call settled.
@@ -256,14 +257,16 @@ class Publisher:
         # nothing more reaches the actor's mailbox behind its final flush.
         with gate.lock:
             if gate.admit_now(size):
-                self._tell((message, future, size))
+                if self._intake.put(message, future, size):
+                    self._tell(_DRAIN)
                 return future
         waited = gate.acquire(size, on_block=self._send_now)
         with gate.lock:
             if gate.closed:
                 gate.release_locked(1, size)
                 raise closed_error()
-            self._tell((message, future, size))
+            if self._intake.put(message, future, size):
+                self._tell(_DRAIN)
             if waited and gate.congested:
                 # Others still wait for capacity: this message must not sit out the
                 # latency in an open batch while they do.
@@ -289,3 +292,4 @@ class Publisher:
 
 
 _SEND_NOW = SendNow()
+_DRAIN = Drain()

@@ -26,9 +26,11 @@ from actors import Actor, Ref
 from runtime._batching import Batch, Batcher, BatchSettings
 from runtime._flow_control import FlowGate
 from runtime._message import Message
+from runtime._publisher_intake import Intake
 from runtime._publisher_messages import (
     BatchDone,
     BatchTopic,
+    Drain,
     Flush,
     Resume,
     SendNow,
@@ -68,6 +70,7 @@ class PublisherActor(Actor):
         *,
         topic: BatchTopic,
         gate: FlowGate,
+        intake: Intake,
         batching: BatchSettings,
         message_ordering: bool,
         on_paused: Callable[[frozenset[str]], None],
@@ -76,6 +79,7 @@ class PublisherActor(Actor):
         super().__init__()
         self._topic = topic
         self._gate = gate
+        self._intake = intake
         self._ordering = message_ordering
         self._on_paused = on_paused
         self._clock = clock
@@ -101,10 +105,9 @@ class PublisherActor(Actor):
         self._abandon(PublishError("Publisher failed internally", 13))
 
     def on_receive(self, message: Any) -> Any:
-        if message.__class__ is tuple:
-            self._publish(*message)
-            return None
-        if message.__class__ is BatchDone:
+        if message.__class__ is Drain:
+            self._drain()
+        elif message.__class__ is BatchDone:
             self._batch_done(message)
         elif message.__class__ is Tick:
             self._tick()
@@ -120,6 +123,18 @@ class PublisherActor(Actor):
         else:
             raise TypeError(f"unexpected message for a Publisher: {message!r}")
         return None
+
+    def _drain(self) -> None:
+        with self._gate.lock:
+            admitted = self._intake.take()
+        if self._ordering:
+            for message, future, size in admitted:
+                self._publish(message, future, size)
+            return
+        for batch in self._batcher.add_many(None, admitted):  # one lane: batch the burst
+            self._close(batch)
+        if self._tick_at is None:
+            self._arm()
 
     def _publish(self, message: Message, future: Future[str], size: int) -> None:
         key = message.ordering_key if self._ordering else None
@@ -243,6 +258,11 @@ class PublisherActor(Actor):
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
+        with self._gate.lock:
+            admitted = self._intake.take()
+        for _, future, size in admitted:  # admitted but never batched: they fail too
+            _fail(future, error)
+            self._gate.release(1, size)
         self._sequencer.drain()
         self._in_flight.clear()
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:

@@ -36,15 +36,18 @@ class MessageFuture(Future[T]):
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        # ``_waiters`` and ``_done_callbacks`` come with the condition: Future only ever
+        # touches them holding it, so a future nobody waits on never allocates them.
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
         namespace = self.__dict__
         condition = namespace.get(_CONDITION)
         if condition is None:
-            # setdefault is atomic: two racing first users end up with one condition.
+            # setdefault is atomic: racing first users end up sharing one of each; the
+            # lists exist before the condition does, so whoever sees it sees them.
+            namespace.setdefault("_waiters", [])
+            namespace.setdefault("_done_callbacks", [])
             condition = namespace.setdefault(_CONDITION, threading.Condition())
         return condition  # type: ignore[no-any-return]
 

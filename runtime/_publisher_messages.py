@@ -15,6 +15,7 @@ from runtime._message import Message
 __all__ = [
     "BatchDone",
     "BatchTopic",
+    "Drain",
     "Flush",
     "Publish",
     "Resume",
@@ -35,6 +36,11 @@ class BatchTopic(Protocol):
 
 # Tell: one admitted message, its future and its size. A plain tuple: the hot path.
 Publish = tuple[Message, "Future[str]", int]
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Tell: the intake went from empty to non-empty; batch what it holds."""
 
 
 @dataclass(frozen=True, slots=True)

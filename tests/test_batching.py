@@ -59,9 +59,9 @@ def test_nth_message_closes_the_batch_exactly() -> None:
 
     closed = [add(batcher, 1) for _ in range(11)]
 
-    assert all(c == () for c in closed[:9])
+    assert all(c == [] for c in closed[:9])
     assert [len(b) for b in closed[9]] == [10]
-    assert closed[10] == ()
+    assert closed[10] == []
     assert len(batcher) == 1
 
 
@@ -70,9 +70,9 @@ def test_byte_threshold_reached_exactly_closes_at_once() -> None:
 
     first, second, third = add(batcher, 512), add(batcher, 512), add(batcher, 512)
 
-    assert first == ()
+    assert first == []
     assert [sizes(b) for b in second] == [[512, 512]]
-    assert third == ()
+    assert third == []
     assert [sizes(b) for b in batcher.drain()] == [[512]]
 
 
@@ -103,7 +103,7 @@ def test_size_counts_utf8_attributes() -> None:
     closed = batcher.add(None, message, Future(), message.size)
 
     assert message.size == 2 + 2 + 3
-    assert closed == ()
+    assert closed == []
     assert batcher.drain()[0].size == 7
 
 
