@@ -15,22 +15,24 @@ Adding a scenario:
 3. Describe it with a `Scenario` (name, unit, baseline label, target, orientation) in
    the family module's ``SCENARIOS`` tuple and add that tuple to ``_suite.SCENARIOS``.
 
-Scenarios that land with the topic runtime (not written yet; documentation only):
+The families and their modules:
 
-- ``pipeline_inproc``: Publisher (default batching) -> topic -> one balanced thread
-  member acking, vs bare pykka ``tell`` (target 0.5); extra row vs a hand-written loop.
-- ``pipeline_pool``: the same into a ``workers=2`` group vs ``multiprocessing.Pool``
-  ``imap_unordered(chunksize=100)`` and ``ProcessPoolExecutor.map(chunksize=100)``
-  (fork for the baselines; target 1.0 against both); extra row vs a batched
-  ``multiprocessing.Queue`` (the practical limit).
-- ``broadcast_fanout``: one publish to 8 broadcast subscribers, cost per delivery.
-- ``batching``: default batching vs ``max_messages=1`` (target 10).
-- ``latency``: publish -> handler p50/p99 with ``max_latency=0.001`` as ratios to
-  2 ms / 10 ms (targets 1.0).
-- ``memory_flow_control``: peak RSS growth for 200,000 x 1 KiB through a slow subscriber
-  under ``max_outstanding_bytes=16 MiB`` (target: at most 64 MiB).
-- ``spark_source`` / ``spark_sink``: rows/s on ``local[2]`` (target 100,000 rows/s),
-  skipped with a reason without pyspark or Java.
+- ``_thread_actors``: ``actor_tell`` / ``actor_ask`` vs bare pykka.
+- ``_process_actors``: ``process_roundtrip`` / ``process_batched`` vs a raw Pipe.
+- ``_cpu_scaling``: ``cpu_scaling``, a pool of every core vs a pool of one.
+- ``_pipeline``: ``pipeline_inproc``, Publisher -> topic -> one acking thread member vs
+  pykka ``tell`` (target 0.5); extra row vs a hand-written loop (the limit).
+- ``_pipeline_pool``: ``pipeline_pool``, the same into a ``workers=2`` group vs fork
+  ``multiprocessing.Pool`` and ``ProcessPoolExecutor`` (target 1.0 against both); extra
+  row vs a batched fork ``multiprocessing.Queue`` (the limit).
+- ``_fanout``: ``broadcast_fanout``, 8 broadcast subscribers, cost per delivery.
+- ``_publisher_batching``: ``batching``, default batching vs ``max_messages=1`` (target 10).
+- ``_latency``: ``latency`` (p50) and ``latency/p99`` with ``max_latency=0.001``, as
+  ratios to 2 ms / 10 ms.
+- ``_memory``: ``memory_flow_control``, peak RSS growth in a fresh interpreter for
+  200,000 x 1 KiB through a slow subscriber under 16 MiB of flow control (at most 64 MiB).
+- ``_spark``: ``spark_source`` / ``spark_sink``, rows/s on ``local[2]`` (floor 100,000),
+  skipped with a reason without pyspark, Java or the bridge's measurement.
 """
 
 from __future__ import annotations

@@ -13,7 +13,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import _cpu_scaling, _process_actors, _thread_actors
+from . import (
+    _cpu_scaling,
+    _fanout,
+    _latency,
+    _memory,
+    _pipeline,
+    _pipeline_pool,
+    _process_actors,
+    _publisher_batching,
+    _spark,
+    _thread_actors,
+)
 from ._harness import PROFILES, Profile, Result, Scenario
 from ._report import print_table, write_json
 
@@ -23,6 +34,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     *_thread_actors.SCENARIOS,
     *_process_actors.SCENARIOS,
     *_cpu_scaling.SCENARIOS,
+    *_pipeline.SCENARIOS,
+    *_pipeline_pool.SCENARIOS,
+    *_fanout.SCENARIOS,
+    *_publisher_batching.SCENARIOS,
+    *_latency.SCENARIOS,
+    *_memory.SCENARIOS,
+    *_spark.SCENARIOS,
 )
 """Every scenario, in the order they run and print."""
 

@@ -1,0 +1,140 @@
+"""Rows per second through the Spark bridge on ``local[2]`` (``spark_source``, ``spark_sink``).
+
+The measurement belongs to the bridge: ``runtime.spark._throughput.measure_spark_throughput``
+runs topic -> Spark source -> Spark sink -> topic (``availableNow``, 100-byte payloads).
+It runs once per suite run in a fresh interpreter with a timeout (Spark's JVM and its
+Python workers then end with it), and both rows read from that one run. While the
+measurement reports only the pipeline's combined rate, both rows show it: each side is
+at least that fast. Separate ``source_rows_per_second`` / ``sink_rows_per_second``
+figures are used as soon as the measurement provides them. The target is the issue's
+floor of 100,000 rows/s (``ratio = rows/s / 100,000``).
+
+Skipped, with the reason, when pyspark or Java is missing or the measurement does not
+exist yet -- never a made-up figure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._harness import Comparison, Profile, Scenario, Skip
+
+__all__ = ["SCENARIOS", "SparkRun"]
+
+FLOOR_ROWS_PER_SECOND = 100_000.0
+_MEASUREMENT = "runtime.spark._throughput"
+_NOT_YET = "runtime.spark measurement not available yet"
+_TIMEOUTS = {"full": 360.0, "quick": 100.0, "smoke": 100.0}
+
+
+def missing_requirement() -> str | None:
+    """Why the Spark scenarios cannot run here, or None when they can (imports nothing)."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install 'actorbus[spark]')"
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and Path(java_home, "bin", "java").exists()):
+        return "Java is not installed (Spark needs a JVM)"
+    runtime = importlib.util.find_spec("runtime")
+    origin = None if runtime is None else runtime.origin
+    source = None if origin is None else Path(origin).parent / "spark" / "_throughput.py"
+    if source is None or "def measure_spark_throughput(" not in _read(source):
+        return _NOT_YET
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def _measure_in_child(rows: int, timeout: float) -> dict[str, Any]:
+    """Run the measurement in a new interpreter (own process group); kill the group on timeout.
+
+    Raises:
+        Skip: the measurement cannot be imported.
+        RuntimeError: it failed, or did not finish within ``timeout`` seconds.
+    """
+    code = (f"import json; from {_MEASUREMENT} import measure_spark_throughput as m; "
+            f"print('RESULT ' + json.dumps(m({rows}, master='local[2]')))")
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except BaseException as exc:  # a timeout, or Ctrl-C (the child has its own session)
+        os.killpg(child.pid, signal.SIGKILL)  # the child and the JVM it started
+        child.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise RuntimeError(f"the Spark measurement did not finish within {timeout:.0f} s") from None
+        raise
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if child.returncode != 0 or not lines:
+        if "ImportError" in stderr and "measure_spark_throughput" in stderr:
+            raise Skip(_NOT_YET)
+        raise RuntimeError(f"Spark child exited {child.returncode}: {stderr[-400:]}")
+    figures: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return figures
+
+
+class SparkRun:
+    """One Spark measurement shared by both rows: taken at most once per profile."""
+
+    def __init__(self) -> None:
+        self._outcomes: dict[str, dict[str, Any] | Exception] = {}
+
+    def figures(self, profile: Profile) -> dict[str, Any]:
+        """The measurement's figures for ``profile`` (runs it the first time).
+
+        Raises:
+            Skip: pyspark, Java or the measurement is missing.
+            RuntimeError: the measurement failed or timed out (also for the second row).
+        """
+        reason = missing_requirement()
+        if reason is not None:
+            raise Skip(reason)
+        if profile.name not in self._outcomes:
+            rows = profile.count(200_000, minimum=1_000)
+            try:
+                self._outcomes[profile.name] = _measure_in_child(rows, _TIMEOUTS[profile.name])
+            except (Skip, RuntimeError) as exc:
+                self._outcomes[profile.name] = exc
+        outcome = self._outcomes[profile.name]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def source(self, profile: Profile) -> Comparison:
+        """Rows per second read by the Spark source next to the floor."""
+        return self._row(profile, "source_rows_per_second")
+
+    def sink(self, profile: Profile) -> Comparison:
+        """Rows per second written by the Spark sink next to the floor."""
+        return self._row(profile, "sink_rows_per_second")
+
+    def _row(self, profile: Profile, key: str) -> Comparison:
+        figures = self.figures(profile)
+        if figures.get("rows_out", figures.get("rows")) != figures.get("rows"):
+            raise RuntimeError(f"Spark moved {figures.get('rows_out')} of {figures.get('rows')} rows")
+        rate = float(figures.get(key, figures["rows_per_second"]))
+        return Comparison(value=rate, baseline_value=FLOOR_ROWS_PER_SECOND)
+
+
+_RUN = SparkRun()
+_LABEL = "floor 100k rows/s; {}local[2], topic->source->sink->topic"
+
+SCENARIOS = (
+    Scenario(name="spark_source", unit="rows/s", baseline=_LABEL.format(""), target=1.0,
+             measure=_RUN.source),
+    Scenario(name="spark_sink", unit="rows/s", baseline=_LABEL.format("same run, "),
+             target=1.0, measure=_RUN.sink),
+)
