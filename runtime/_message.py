@@ -21,6 +21,15 @@ class Message:
     message_id: str = ""
     publish_time: float = 0.0
 
+    def __getstate__(self) -> tuple[bytes, dict[str, str], str | None, str, float]:
+        # Pickled as a plain tuple: dataclasses' own slots state walks fields() per
+        # message, which dominated pickling worker batches.
+        return (self.data, self.attributes, self.ordering_key, self.message_id, self.publish_time)
+
+    def __setstate__(self, state: tuple[bytes, dict[str, str], str | None, str, float]) -> None:
+        for setter, value in zip(_SETTERS, state, strict=True):
+            setter(self, value)
+
     @property
     def size(self) -> int:
         """Bytes counted by batching and flow control: data plus UTF-8 attributes."""
@@ -30,10 +39,11 @@ class Message:
 
 
 _new = object.__new__
-_set_data, _set_attributes, _set_key, _set_id, _set_time = (
+_SETTERS = tuple(
     Message.__dict__[name].__set__
     for name in ("data", "attributes", "ordering_key", "message_id", "publish_time")
 )
+_set_data, _set_attributes, _set_key, _set_id, _set_time = _SETTERS
 
 
 def new_message(data: bytes, attributes: dict[str, str], ordering_key: str | None,
