@@ -17,7 +17,7 @@ from runtime._message import Message
 from runtime._outcome import Outcome
 from runtime._ring import Ring
 from runtime._settings import TopicSettings
-from runtime.errors import MessageTypeError, TopicClosedError
+from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 __all__ = ["GroupHandle", "PublishPath"]
 
@@ -108,20 +108,28 @@ class PublishPath:
         Blocks on backpressure (no bound; closing the topic wakes it).
         """
         self.check(messages)
-        self._ledger.count("published", len(messages))
         if self._settings.max_pending is None:
             envelopes = self.envelopes(messages)
             size = self._settings.balanced_capacity
             for start in range(0, len(envelopes), size):
-                self.fan_out(envelopes[start:start + size], None, False, None)
+                self._send_counted(envelopes[start:start + size], admit=False)
             return [e[MESSAGE_ID] for e in envelopes]
         ids = []
         for message in messages:
-            slotted = self.admit(None)
             envelopes = self.envelopes([message])
-            self.fan_out(envelopes, None, slotted, None)
+            self._send_counted(envelopes, admit=True)
             ids.append(envelopes[0][MESSAGE_ID])
         return ids
+
+    def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
+        """Count ``envelopes`` as published and fan them out (taking a ``max_pending``
+        slot first when ``admit``); a refusal (closed) takes the count back."""
+        self._ledger.count("published", len(envelopes))
+        try:
+            self.fan_out(envelopes, None, self.admit(None) if admit else False, None)
+        except (WouldBlock, TopicClosedError):
+            self._ledger.count("published", -len(envelopes))  # refused whole: never entered
+            raise
 
     def fan_out(
         self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None,

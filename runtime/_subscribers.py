@@ -187,7 +187,7 @@ class Subscribers:
             future.result(_ASK_TIMEOUT)
         for group in groups:
             for pull in group.pulls.values():
-                pull.close()
+                pull.close(claim=False)  # prefetched deliveries stay for the "closed" sweep
 
     def refs(self) -> list[Ref]:
         """Every actor spawned, subscribers first (the order to stop them in)."""

@@ -194,10 +194,16 @@ class PullEndpoint:
                     raise TimeoutError(f"no message on topic {self._topic!r} within {timeout}s")
                 self._changed.wait(remaining)
 
-    def close(self) -> list[tuple[Envelope, int]]:
-        """Stop; return the buffered deliveries it claimed back (to requeue)."""
+    def close(self, *, claim: bool = True) -> list[tuple[Envelope, int]]:
+        """Stop; return the buffered deliveries it claimed back (to requeue).
+
+        With ``claim=False`` (the topic is closing) nothing is claimed: the tracker's
+        sweep settles the buffered deliveries as ``closed`` with everything else.
+        """
         with self._changed:
             self._closed = True
             items, self._items = list(self._items), deque()
             self._changed.notify_all()
+        if not claim:
+            return []
         return [(d._envelope, d._attempt) for d in items if d._claim()]

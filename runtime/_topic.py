@@ -25,7 +25,7 @@ from runtime._subscription import PullSubscription, Subscription
 from runtime._timer import Timer
 from runtime._topic_actor import PublishBatch, TopicActor
 from runtime._tracker import SWEEP, TICK, TrackerActor
-from runtime.errors import InvalidSettingsError, TopicClosedError
+from runtime.errors import InvalidSettingsError, TopicClosedError, WouldBlock
 
 if TYPE_CHECKING:
     from runtime._publisher import Publisher
@@ -125,10 +125,15 @@ class Topic(Generic[T]):
         path.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ledger.count("published")
-        slotted = path.admit(deadline)
-        envelope = path.envelope(message, key, dict(attributes) if attributes else {})
-        future: Future[Outcome] = Future()
-        balanced, broadcast = path.fan_out([envelope], [future], slotted, deadline)
+        try:
+            slotted = path.admit(deadline)
+            envelope = path.envelope(message, key, dict(attributes) if attributes else {})
+            future: Future[Outcome] = Future()
+            balanced, broadcast = path.fan_out([envelope], [future], slotted, deadline)
+        except (WouldBlock, TopicClosedError):
+            # Refused while waiting (nothing of it was sent): it never entered the topic.
+            self._ledger.count("published", -1)
+            raise
         return PublishReport(envelope[MESSAGE_ID], balanced, broadcast, future)
 
     def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
@@ -261,9 +266,10 @@ class Topic(Generic[T]):
         """Close, then stop every actor of the topic (subscribers first, tracker last)."""
         with self._state_lock:
             publishers, self._publishers = self._publishers, []
+        deadline = time.monotonic() + timeout  # one budget for all publishers' flushes
         for publisher in publishers:
             try:
-                publisher.close(timeout=timeout)
+                publisher.close(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:
                 continue
         self.close()
