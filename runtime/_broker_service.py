@@ -94,6 +94,18 @@ class BrokerService:
         report = self._bus.topic(name).publish(message, key=key, attributes=attributes, timeout=timeout)
         return str(report.message_id)
 
+    def dead_letters(self, name: str) -> list[Any]:
+        """A snapshot of topic ``name``'s dead letters, oldest first."""
+        return list(self._bus.dead_letters(name))
+
+    def drain_dead_letters(self, name: str) -> list[Any]:
+        """Empty topic ``name``'s dead letters; returns what they held, oldest first."""
+        return list(self._bus.dead_letters(name).drain())
+
+    def replay_dead_letters(self, name: str, target: str | None) -> int:
+        """Republish topic ``name``'s dead letters (to ``target``, default the same topic)."""
+        return int(self._bus.dead_letters(name).replay(topic=target))
+
     def publish_batch(self, name: str, messages: list[Message]) -> list[str]:
         """Publish `Message` objects as one batch; returns their ids in order."""
         if not all(type(m) is Message for m in messages):

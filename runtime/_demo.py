@@ -1,41 +1,93 @@
-"""``actorbus demo``: a supervised process pool doing real work, end to end."""
+"""``actorbus demo``: an order pipeline end to end on the embedded defaults.
+
+A Publisher feeds topic ``orders``; group ``billing`` bills on a process pool, the
+broadcast subscriber ``audit`` reads everything, invalid orders are nacked into the
+dead letters, and (with Java and pyspark) a Spark Structured Streaming query reads
+group ``analytics`` through the broker endpoint and writes revenue per customer to
+topic ``revenue``. The exit code is 0 only when every order was acked or dead-lettered.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
+from concurrent.futures import Future
 from typing import Any
 
-from actors import Actor, ActorSystem
+from rich.console import Console
+
+from runtime._bus import Bus
+from runtime._demo_orders import expected_revenue, invalid_reason, make_orders
+from runtime._demo_pipeline import DemoPipeline
+from runtime._demo_report import DemoReport, progress_bars, summary_table
+from runtime._demo_spark import SparkStage, spark_unavailable
 
 __all__ = ["run_demo"]
 
 
-class Biller(Actor):
-    """Prices an order: a deliberately CPU-bound hash chain stands in for real work."""
+def run_demo(
+    *, messages: int = 2000, workers: int | None = None, spark: bool = True,
+    console: Console | None = None,
+) -> int:
+    """Run the pipeline with ``messages`` orders; print progress and a summary.
 
-    def on_receive(self, message: Any) -> Any:
-        order_id, amount = message
-        if amount < 0:
-            raise ValueError(f"order {order_id}: negative amount {amount}")
-        digest = str(order_id).encode()
-        for _ in range(2000):
-            digest = hashlib.sha256(digest).digest()
-        return order_id, round(amount * 1.2, 2), os.getpid()
-
-
-def run_demo(*, messages: int = 2000, workers: int | None = None) -> int:
-    """Fan ``messages`` orders out over a pool of worker processes; print a summary."""
+    Blocks until every order settled (at most a few minutes). Returns the exit code:
+    0 when the counts add up, 1 otherwise.
+    """
+    console = console or Console()
     workers = workers or os.cpu_count() or 1
+    orders = make_orders(messages)
+    skipped = "--no-spark was given" if not spark else spark_unavailable()
+    if skipped is not None:
+        console.print(f"Spark stage skipped: {skipped}", soft_wrap=True)
+    report = DemoReport(
+        messages=messages, workers=workers, spark_skipped=skipped,
+        expected_invalid=sum(invalid_reason(_fields(o)) is not None for o in orders))
+    stage = None if skipped is not None else SparkStage()
+    if stage is not None:
+        console.print("Starting Spark (local[*]) in the background: the first query takes a few seconds.",
+                      soft_wrap=True)
+    try:
+        if stage is not None:
+            stage.start()
+        _run(report, orders, stage, console)
+    except (RuntimeError, TimeoutError) as exc:
+        console.print(f"[red]demo failed:[/red] {exc}", soft_wrap=True)
+        return 1
+    finally:
+        if stage is not None:
+            stage.close()
+    console.print(summary_table(report))
+    return _verdict(report, console)
+
+
+def _run(report: DemoReport, orders: list[Any], stage: SparkStage | None, console: Console) -> None:
     started = time.perf_counter()
-    with ActorSystem("demo") as system:
-        pool = system.pool(Biller, size=workers, name="billing")
-        futures = [pool.ask((i, -1 if i % 97 == 0 else i % 50), timeout=60) for i in range(messages)]
-        done = [f.exception(60) is None for f in futures]
-        pids = {f.result()[2] for f, ok in zip(futures, done, strict=True) if ok}
-    elapsed = time.perf_counter() - started
-    billed, rejected = sum(done), len(done) - sum(done)
-    print(f"orders: {messages}  billed: {billed}  rejected: {rejected}  "
-          f"workers used: {len(pids)}  {messages / elapsed:,.0f} orders/s")
-    return 0 if billed + rejected == messages and rejected == len(range(0, messages, 97)) else 1
+    with Bus() as bus:
+        pipeline = DemoPipeline(bus, workers=report.workers, analytics=stage is not None,
+                                console=console, capacity=len(orders))
+        with progress_bars(console) as progress:
+            pipeline.publish(orders, progress)
+            report.publish_seconds = time.perf_counter() - started
+            query: Future[Any] | None = None
+            if stage is not None:
+                query = stage.run(bus, source="orders", group="analytics", sink="revenue")
+            pipeline.wait(progress, len(orders), query)
+        report.seconds = time.perf_counter() - started
+        if query is not None:
+            report.spark = query.result()
+            report.revenue_matches = pipeline.revenue == expected_revenue(orders)
+        pipeline.fill(report)
+
+
+def _verdict(report: DemoReport, console: Console) -> int:
+    problems = report.problems()
+    for problem in problems:
+        console.print(f"[red]check failed:[/red] {problem}")
+    if not problems:
+        console.print("all counts add up: every order was acked or dead-lettered with a reason")
+    return 0 if not problems else 1
+
+
+def _fields(order: Any) -> dict[str, Any]:
+    return {"amount_cents": order.amount_cents, "currency": order.currency, "items": order.items}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any
 
 from runtime._broker_client import DEFAULT_CONNECT_TIMEOUT, Address, Channel
 from runtime._broker_wire import DEFAULT_MAX_FRAME_SIZE
+from runtime._dead_letters import DeadLetter
 from runtime._message import Message
 from runtime._remote_subscription import RemotePullSubscription
 
@@ -58,6 +59,11 @@ class RemoteBus:
     def publish(self, name: str, message: object, **kwargs: Any) -> str:
         """``topic(name).publish(message, ...)``; returns the message id."""
         return RemoteTopic(self, name).publish(message, **kwargs)
+
+    def dead_letters(self, name: str) -> RemoteDeadLetters:
+        """Topic ``name``'s dead letters on the server (raises `TopicNotFoundError`)."""
+        self._channel.call("stats", name)
+        return RemoteDeadLetters(self._channel, name)
 
     def close(self) -> None:
         """Close every publisher (flushing it), subscription and connection; idempotent."""
@@ -159,6 +165,30 @@ class RemoteTopic:
 
     def __repr__(self) -> str:
         return f"<RemoteTopic {self.name!r}>"
+
+
+class RemoteDeadLetters:
+    """A served topic's dead letters: ``len()``, iteration (a snapshot, oldest first),
+    ``drain()`` and ``replay()`` like `DeadLetterQueue`. Each call is one round trip;
+    dead letters whose message is not a wire type (builtins, `Message`) cannot cross."""
+
+    def __init__(self, channel: Channel, name: str) -> None:
+        self._channel = channel
+        self._name = name
+
+    def __len__(self) -> int:
+        return len(self._channel.call("dead_letters", self._name))
+
+    def __iter__(self) -> Iterator[DeadLetter]:
+        return iter(self._channel.call("dead_letters", self._name))
+
+    def drain(self) -> list[DeadLetter]:
+        """Empty the queue on the server; returns what it held, oldest first."""
+        return list(self._channel.call("drain_dead_letters", self._name))
+
+    def replay(self, *, topic: str | None = None) -> int:
+        """Republish every dead letter (to ``topic``, default the same one); the count."""
+        return int(self._channel.call("replay_dead_letters", self._name, topic))
 
 
 class _BatchPath:

@@ -9,13 +9,18 @@ import pytest
 
 import actors
 import actors.errors
+import runtime
 import runtime.errors
 
+RUNTIME_CONTRACT = {"BatchSettings", "Bus", "BusServer", "DeadLetter", "DeadLetterQueue", "Delivery",
+                    "FlowControl", "Message", "Nack", "Outcome", "PublishReport", "Publisher",
+                    "PullSubscription", "RemoteBus", "Subscription", "Topic", "TopicSettings",
+                    "TopicStats", "connect", "errors"}
 ACTORS_CONTRACT = {"Actor", "ActorStatus", "ActorSystem", "Backoff", "ChildSpec", "DeadLetter",
                    "Event", "Pool", "Ref", "SupervisorSpec", "errors"}
 
 
-@pytest.mark.parametrize("module", [actors, actors.errors, runtime.errors])
+@pytest.mark.parametrize("module", [actors, actors.errors, runtime, runtime.errors])
 def test_all_is_sorted_and_complete(module: object) -> None:
     names = module.__all__  # type: ignore[attr-defined]
 
@@ -25,6 +30,21 @@ def test_all_is_sorted_and_complete(module: object) -> None:
 
 def test_actors_exports_the_contract() -> None:
     assert set(actors.__all__) >= ACTORS_CONTRACT
+
+
+def test_runtime_exports_the_contract() -> None:
+    assert set(runtime.__all__) >= RUNTIME_CONTRACT
+
+
+def test_runtime_spark_exports_the_contract_without_being_imported_by_runtime() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, runtime; before = 'pyspark' in sys.modules or 'runtime.spark' in sys.modules; "
+            "import runtime.spark as s; print(before, sorted(s.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert out.stdout.strip() == "False ['SparkHandlerPool', 'register']"
 
 
 def _error_classes(module: object) -> list[type[BaseException]]:
