@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from multiprocessing import AuthenticationError
@@ -55,6 +56,9 @@ class Session:
         self._registry = registry
         self._max_frame_size = max_frame_size
         self._handshake_timeout = handshake_timeout
+        self.authenticated = False
+        self.evicted = False
+        self.handshake_deadline = time.monotonic() + handshake_timeout
         self._lock = threading.Lock()  # orders interrupt() against closing the socket
         self._subscriptions: dict[int, Any] = {}
         self._deliveries: dict[int, Any] = {}
@@ -78,6 +82,7 @@ class Session:
             logger.warning("broker: connection refused: %s", exc)
             self._end()
             return
+        self.authenticated = True
         try:
             self._serve()
         except (EOFError, OSError):
@@ -86,6 +91,14 @@ class Session:
             logger.warning("broker: connection dropped: %s", exc)
         finally:
             self._end()
+
+    def overdue(self, now: float) -> bool:
+        """True while still unauthenticated past the handshake deadline.
+
+        The challenge bounds its wait for each frame's first bytes; a peer that sends
+        part of a frame and goes silent is ended by the server's sweeper through this.
+        """
+        return not self.authenticated and now > self.handshake_deadline
 
     def interrupt(self) -> None:
         """Wake the session's thread wherever it blocks, so it ends (from another thread)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from actors import ActorSystem
+from actors import ActorSystem, Event
 from runtime._dead_letters import DeadLetterQueue
 from runtime._outcome import PublishReport
 from runtime._settings import TopicSettings
@@ -55,6 +55,7 @@ class Bus:
         self._lock = threading.Lock()
         self._closed = False
         self._servers: list[BusServer] = []
+        self._unwatch = self._system.events.subscribe(self._on_event)
 
     def __enter__(self) -> Bus:
         return self
@@ -167,6 +168,7 @@ class Bus:
             self._closed = True
             topics = list(self._topics.values())
             servers, self._servers = self._servers, []
+        self._unwatch()
         for server in servers:
             server.close()
         for topic in reversed(topics):
@@ -174,6 +176,19 @@ class Bus:
         self._timer.stop()
         if self._owns_system:
             self._system.shutdown()
+
+    def _on_event(self, event: Event) -> None:
+        """The system's root supervisor gave up: every actor of every topic is gone.
+
+        Close the topics (pending messages are dead-lettered as ``closed``; publishing
+        raises `TopicClosedError`) rather than accept messages nobody will handle.
+        """
+        if event.kind != "escalated" or event.name != self._system.name:
+            return
+        with self._lock:
+            topics = list(self._topics.values())
+        for topic in topics:
+            topic.close()
 
     def _resolve(self, topic: Any) -> Topic[Any]:
         return topic if isinstance(topic, Topic) else self.topic(topic)

@@ -30,6 +30,7 @@ DEFAULT_ADDRESS: Address = ("127.0.0.1", 0)
 DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_HANDSHAKE_TIMEOUT = 5.0
 DEFAULT_SWEEP_INTERVAL = 0.25
+_BACKLOG = 128  # pending accepts: a burst of connects must not wait on TCP retries
 _JOIN_TIMEOUT = 5.0
 
 
@@ -69,7 +70,7 @@ class BusServer:
         self._limits = (max_connections, max_frame_size, handshake_timeout)
         self._registry = wire_types()
         self.service = BrokerService(bus, clock=clock)
-        self._listener = Listener(parse_address(address))
+        self._listener = Listener(parse_address(address), backlog=_BACKLOG)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._sessions: dict[Session, threading.Thread] = {}
@@ -137,7 +138,8 @@ class BusServer:
         max_connections, max_frame_size, handshake_timeout = self._limits
         with self._lock:
             self._sessions = {s: t for s, t in self._sessions.items() if t.is_alive()}
-            if len(self._sessions) >= max_connections:
+            live = sum(not s.evicted for s in self._sessions)
+            if live >= max_connections and not self._evict_unauthenticated():
                 logger.warning("broker: %d connections, refusing another", max_connections)
                 connection.close()
                 return
@@ -149,12 +151,34 @@ class BusServer:
             self._sessions[session] = thread
             thread.start()
 
+    def _evict_unauthenticated(self) -> bool:
+        """Full: make room by ending the oldest session still in its handshake (lock held).
+
+        Peers that never authenticate cannot lock a real client out: a client proves
+        its key in milliseconds, a silent flood is pushed out oldest first.
+        """
+        for session in self._sessions:  # insertion order: oldest first
+            if not session.authenticated and not session.evicted:
+                session.evicted = True  # its thread ends at once; close() still joins it
+                session.interrupt()
+                return True
+        return False
+
     def _sweep_loop(self, interval: float) -> None:
         while not self._closed.wait(interval):
+            self._end_overdue_handshakes()
             try:
                 self.service.sweep()
             except Exception:  # keep sweeping: one bad topic must not stop expiry
                 logger.exception("broker: sweep failed")
+
+    def _end_overdue_handshakes(self) -> None:
+        """End sessions still unauthenticated past their deadline (a partial frame)."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [s for s, t in self._sessions.items() if t.is_alive() and s.overdue(now)]
+        for session in overdue:
+            session.interrupt()
 
     def _wake_acceptor(self) -> None:
         host, port = self.address

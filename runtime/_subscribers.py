@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors import ActorSystem, Pool, Ref
+from actors.errors import ActorError
 from runtime._broadcast import WAKE, BroadcastActor
 from runtime._delivery import Delivery
 from runtime._gate import Gate
@@ -184,7 +185,10 @@ class Subscribers:
             group.handle.gate.close()
         futures = [g.handle.ref.ask(End("closed"), timeout=_ASK_TIMEOUT) for g in groups]
         for future in futures:
-            future.result(_ASK_TIMEOUT)
+            try:
+                future.result(_ASK_TIMEOUT)
+            except ActorError as exc:  # the group's actor is gone (its system gave up)
+                logger.warning("topic %s: a group could not end its queue: %s", self._topic, exc)
         for group in groups:
             for pull in group.pulls.values():
                 pull.close(claim=False)  # prefetched deliveries stay for the "closed" sweep

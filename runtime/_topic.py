@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actors import ActorSystem, Ref
+from actors.errors import ActorError
 from runtime._dead_letters import DeadLetter, DeadLetterQueue
 from runtime._delivery import Delivery
 from runtime._envelope import MESSAGE_ID
@@ -260,7 +261,10 @@ class Topic(Generic[T]):
                 [Delivery.settled(e, sid, None, 0, "closed") for sid, e in unread]
             )
         self._subscribers.close()
-        self._tracker.ask(SWEEP, timeout=_STOP_TIMEOUT).result(_STOP_TIMEOUT)
+        try:
+            self._tracker.ask(SWEEP, timeout=_STOP_TIMEOUT).result(_STOP_TIMEOUT)
+        except ActorError:  # the tracker is gone (its system gave up): sweep the books here
+            self._ledger.sweep("closed")
 
     def _shutdown(self, timeout: float = _STOP_TIMEOUT) -> None:
         """Close, then stop every actor of the topic (subscribers first, tracker last)."""

@@ -1,0 +1,274 @@
+"""Reliability under process faults (issue 7, items 1-4): SIGKILL, host death, hangs, exits."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from test_reliability_support import (  # noqa: F401 (figures is a fixture)
+    RestartWatch,
+    append_line,
+    figures,
+    read_lines,
+    worker_pids,
+)
+
+from runtime import Bus, Delivery
+
+pytestmark = pytest.mark.reliability
+
+
+def _recorder(directory: str) -> Any:
+    def handler(delivery: Delivery[int]) -> None:
+        append_line(directory, str(delivery.message))
+        delivery.ack()
+
+    return handler
+
+
+# -- 1. SIGKILL random pool workers while messages flow -------------------------------------------
+
+@pytest.mark.timeout(600)
+def test_sigkilled_workers_lose_nothing_and_are_replaced_within_a_second(
+    tmp_path: Path, soak: bool, figures: Any,  # noqa: F811
+) -> None:
+    total = 500_000 if soak else 50_000
+    kills = 30 if soak else 10
+    rng = random.Random(1207)
+    kill_points = {total * (i + 1) // (kills + 1) for i in range(kills)}
+    recoveries: list[float] = []
+    victims: list[int] = []
+
+    with Bus() as bus:
+        watch = RestartWatch(bus.system)
+        topic = bus.create_topic("t", max_delivery_attempts=3, balanced_capacity=1024)
+        topic.subscribe(_recorder(str(tmp_path)), group="g", workers=4)
+        started = time.monotonic()
+        reports = []
+        for n in range(total):
+            reports.append(topic.publish(n))
+            if n in kill_points:
+                name, pid = rng.choice(sorted(worker_pids(bus).items()))
+                killed_at = time.time()
+                os.kill(pid, signal.SIGKILL)
+                victims.append(pid)
+                replaced_at = watch.restarted_after(name, killed_at, timeout=10.0)
+                assert replaced_at is not None, f"{name} (pid {pid}) not replaced within 10 s"
+                recoveries.append(replaced_at - killed_at)
+
+        assert topic.join(timeout=300)
+        elapsed = time.monotonic() - started
+        stats = topic.stats()
+        letters = list(topic.dead_letters)
+        outcomes = [r.outcome.result(timeout=5) for r in reports]
+        survivors = worker_pids(bus)
+
+    handled = collections.Counter(int(line) for line in read_lines(tmp_path))
+    acked = sum(o.acked for o in outcomes)
+    duplicates = sum(count - 1 for count in handled.values() if count > 1)
+    lost = total - acked - len(letters)
+    figures(messages=total, faults=kills, lost=lost, duplicates=duplicates,
+            dead_lettered=len(letters), redelivered=stats.redelivered,
+            recovery_max_s=round(max(recoveries), 3),
+            recovery_mean_s=round(sum(recoveries) / len(recoveries), 3),
+            seconds=round(elapsed, 1))
+    assert len(victims) == kills
+    assert stats.published == total
+    assert stats.pending == 0
+    assert lost == 0
+    assert stats.delivered == acked
+    assert stats.dead_lettered == len(letters)
+    assert {d.reason for d in letters} <= {"worker_crashed"}
+    assert all(handled[m] >= 1 for m, o in enumerate(outcomes) if o.acked)
+    assert max(recoveries) <= 1.0, recoveries
+    assert len(survivors) == 4
+    assert not set(victims) & set(survivors.values())
+
+
+# -- 2. SIGKILL the process hosting a Bus ---------------------------------------------------------
+
+_HOST = textwrap.dedent("""
+    import json, sys, threading
+    from runtime import Bus
+
+    def handle(delivery):
+        sum(range(500))
+        delivery.ack()
+
+    bus = Bus()
+    topic = bus.create_topic("t", balanced_capacity=256)
+    topic.subscribe(handle, group="a", workers=2)
+    topic.subscribe(handle, group="b", workers=2)
+    topic.publish(0).outcome.result(timeout=30)
+
+    def flood():
+        n = 0
+        while True:
+            topic.publish(n)
+            n += 1
+
+    threading.Thread(target=flood, daemon=True).start()
+    pids = sorted(s.pid for s in bus.system.status().values() if s.pid)
+    print(json.dumps(pids), flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # noqa: F811
+    host = subprocess.Popen(
+        [sys.executable, "-c", _HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    descendants: list[psutil.Process] = []
+    try:
+        assert host.stdout is not None
+        workers = json.loads(host.stdout.readline())
+        descendants = psutil.Process(host.pid).children(recursive=True)
+
+        killed_at = time.monotonic()
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(timeout=10)
+        _, alive = psutil.wait_procs(descendants, timeout=2.0)
+        alive = [p for p in alive if not _exited(p)]  # an unreaped zombie has exited
+        cleared = time.monotonic() - killed_at
+
+        figures(messages="flowing", faults=1, descendants=len(descendants),
+                workers=len(workers), alive_after_2s=len(alive), recovery_s=round(cleared, 3))
+        assert len(workers) == 4
+        assert set(workers) <= {p.pid for p in descendants}
+        assert alive == [], [(p.pid, p.name()) for p in alive]
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+        for proc in descendants:
+            if proc.is_running():
+                proc.kill()
+
+
+def _exited(proc: psutil.Process) -> bool:
+    """True for a process gone or a zombie (exited; only its parent's reaping is left).
+
+    In a container without an init process, orphans' zombies may never be reaped.
+    """
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# -- 3. A handler that hangs for ever -------------------------------------------------------------
+
+def _hanging(directory: str) -> Any:
+    def handler(delivery: Delivery[int]) -> None:
+        if delivery.message == 3:
+            try:  # only the first delivery ever of message 3 hangs (O_EXCL: one winner)
+                fd = os.open(os.path.join(directory, "hung"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, f"{os.getpid()} {time.time()}".encode())
+                os.close(fd)
+                threading.Event().wait()  # hangs for ever: only the watchdog ends this process
+        append_line(directory, str(delivery.message))
+        delivery.ack()
+
+    return handler
+
+
+def test_hung_handler_times_out_and_its_worker_is_replaced(tmp_path: Path, figures: Any) -> None:  # noqa: F811
+    total = 200
+    ack_timeout = 0.5  # the runtime derives stuck_after = max(1.0, 2 * ack_timeout)
+
+    with Bus() as bus:
+        watch = RestartWatch(bus.system)
+        topic = bus.create_topic("t", ack_timeout=ack_timeout, max_delivery_attempts=5)
+        topic.subscribe(_hanging(str(tmp_path)), group="g", workers=2)
+        names = {pid: name for name, pid in worker_pids(bus).items()}
+
+        reports = [topic.publish(n) for n in range(total)]
+        assert topic.join(timeout=60)
+        stats = topic.stats()
+        letters = list(topic.dead_letters)
+        outcomes = [r.outcome.result(timeout=5) for r in reports]
+        hung_pid, hung_at = (tmp_path / "hung").read_text().split()
+        name = names[int(hung_pid)]
+        replaced_at = watch.restarted_after(name, float(hung_at), timeout=10.0)
+        after = worker_pids(bus)
+
+    acked = sum(o.acked for o in outcomes)
+    recovery = None if replaced_at is None else replaced_at - float(hung_at)
+    figures(messages=total, faults=1, lost=total - acked - len(letters),
+            timed_out=stats.timed_out, dead_lettered=len(letters),
+            redelivered=stats.redelivered,
+            recovery_s=None if recovery is None else round(recovery, 3))
+    assert recovery is not None, "the hung worker was never replaced"
+    assert recovery <= 1.0 + 1.0 + 1.5  # stuck_after + heartbeat grace + scheduling margin
+    assert int(hung_pid) not in after.values()
+    assert len(after) == 2
+    assert stats.timed_out >= 1
+    assert stats.redelivered >= 1
+    assert stats.pending == 0
+    assert acked + len(letters) == total
+    assert {d.reason for d in letters} <= {"timeout", "worker_crashed"}
+    assert outcomes[3].acked  # redelivered to a live worker and handled there
+
+
+# -- 4. os._exit and sys.exit inside handlers -----------------------------------------------------
+
+def _exiting(how: str, victim: int) -> Any:
+    def handler(delivery: Delivery[int]) -> None:
+        if delivery.message == victim and delivery.attempt == 1:
+            if how == "os._exit":
+                os._exit(4)
+            sys.exit(3)
+        delivery.ack()
+
+    return handler
+
+
+def test_exiting_handler_restarts_only_its_worker(figures: Any) -> None:  # noqa: F811
+    total = 400
+
+    with Bus() as bus:
+        watch = RestartWatch(bus.system)
+        topic = bus.create_topic("t", max_delivery_attempts=2, ack_timeout=10.0)
+        topic.subscribe(_exiting("os._exit", 5), group="hard", workers=2)
+        topic.subscribe(_exiting("sys.exit", 7), group="soft", workers=2)
+        topic.subscribe(_exiting("none", -1), group="steady", workers=2)
+        thread_seen: list[int] = []
+        topic.subscribe(lambda d: (thread_seen.append(d.message), d.ack()), group="threads")
+        before = worker_pids(bus)
+
+        reports = [topic.publish(n) for n in range(total)]
+        assert topic.join(timeout=60)
+        outcomes = [r.outcome.result(timeout=5) for r in reports]
+        statuses = {n: s for n, s in bus.system.status().items() if s.kind == "process"}
+        after = worker_pids(bus)
+        stats = topic.stats()
+
+    restarts = {
+        group: sorted(s.restarts for n, s in statuses.items() if n.startswith(f"bus/t/workers:{i}-"))
+        for i, group in enumerate(("hard", "soft", "steady"), start=1)
+    }
+    failed = sorted({e.name for e in watch.events if e.kind == "failed"})
+    figures(messages=total, faults=2, lost=total - sum(o.acked for o in outcomes),
+            restarts=restarts, failed=failed)
+    assert all(o.acked for o in outcomes)
+    assert stats.pending == 0 and stats.dead_lettered == 0
+    assert restarts == {"hard": [0, 1], "soft": [0, 1], "steady": [0, 0]}
+    assert len(failed) == 2 and all(n.startswith(("bus/t/workers:1-", "bus/t/workers:2-")) for n in failed)
+    steady = {n: p for n, p in before.items() if n.startswith("bus/t/workers:3-")}
+    assert steady == {n: p for n, p in after.items() if n.startswith("bus/t/workers:3-")}
+    assert sorted(thread_seen) == list(range(total))
