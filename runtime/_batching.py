@@ -20,10 +20,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from runtime._message import Message
+from runtime._message import Message, new_message
 from runtime.errors import PublishError
 
-__all__ = ["Batch", "BatchSettings", "Batcher"]
+__all__ = ["Batch", "BatchSettings", "Batcher", "Parts"]
+
+# One message on its way into a batch: data, attributes, ordering key, future, size.
+Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str]", int]
 
 
 def _invalid(setting: str, detail: str, value: object) -> PublishError:
@@ -68,27 +71,37 @@ class BatchSettings:
 class Batch:
     """Messages of one lane that go to the topic together, with their futures.
 
+    The messages are kept as their parts (data, attributes, ordering key) in parallel
+    lists, and `messages` builds the `Message` objects when the batch is sent: a
+    backlog of parts holds nothing the garbage collector has to rescan.
+
     Attributes:
         id: unique per Batcher, increasing in creation order.
         key: the lane: an ordering key, or None.
         created_at: the clock reading when the first message arrived.
-        messages: the messages, in publish order.
-        futures: one future per message, in the same order.
+        futures: one future per message, in publish order.
         size: the sum of the messages' sizes.
     """
 
-    __slots__ = ("created_at", "futures", "id", "key", "messages", "size")
+    __slots__ = ("attributes", "created_at", "datas", "futures", "id", "key", "keys", "size")
 
     def __init__(self, *, id: int, key: str | None, created_at: float) -> None:
         self.id = id
         self.key = key
         self.created_at = created_at
-        self.messages: list[Message] = []
+        self.datas: list[bytes] = []
+        self.attributes: list[dict[str, str]] = []
+        self.keys: list[str | None] = []
         self.futures: list[Future[str]] = []
         self.size = 0
 
+    @property
+    def messages(self) -> list[Message]:
+        """The messages, in publish order (built on each call: read it once, to send)."""
+        return list(map(new_message, self.datas, self.attributes, self.keys))
+
     def __len__(self) -> int:
-        return len(self.messages)
+        return len(self.futures)
 
     def __repr__(self) -> str:
         return f"Batch(id={self.id}, key={self.key!r}, messages={len(self)}, size={self.size})"
@@ -129,11 +142,10 @@ class Batcher:
         self, key: str | None, message: Message, future: Future[str], size: int
     ) -> list[Batch]:
         """Add a message to its lane's open batch; return the batches this closed, in order."""
-        return self.add_many(key, ((message, future, size),))
+        parts = (message.data, message.attributes, message.ordering_key, future, size)
+        return self.add_many(key, (parts,))
 
-    def add_many(
-        self, key: str | None, items: Iterable[tuple[Message, Future[str], int]]
-    ) -> list[Batch]:
+    def add_many(self, key: str | None, items: Iterable[Parts]) -> list[Batch]:
         """Add messages, in order, to one lane; return the batches they closed, in order.
 
         One call per burst keeps the per-message work to a few list operations.
@@ -143,17 +155,19 @@ class Batcher:
         at_once = settings.max_latency <= 0
         closed: list[Batch] = []
         batch = self._open.get(key)
-        for message, future, size in items:
+        for data, attributes, ordering_key, future, size in items:
             if batch is not None and batch.size + size > max_bytes:
                 del self._open[key]  # the message would overflow it: send it first
                 closed.append(batch)
                 batch = None
             if batch is None:
                 batch = self._open[key] = self._new(key)
-            batch.messages.append(message)
+            batch.datas.append(data)
+            batch.attributes.append(attributes)
+            batch.keys.append(ordering_key)
             batch.futures.append(future)
             batch.size += size
-            if len(batch.messages) >= max_messages or batch.size >= max_bytes or at_once:
+            if len(batch.futures) >= max_messages or batch.size >= max_bytes or at_once:
                 del self._open[key]
                 closed.append(batch)
                 batch = None

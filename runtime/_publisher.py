@@ -17,7 +17,7 @@ from typing import Any
 from actors import ActorSystem
 from runtime._batching import BatchSettings
 from runtime._flow_control import FlowControl, FlowGate
-from runtime._message import Message, new_message
+from runtime._message import Message
 from runtime._publisher_actor import PublisherActor
 from runtime._publisher_future import MessageFuture
 from runtime._publisher_intake import Intake
@@ -145,7 +145,7 @@ class Publisher:
             attributes, size = {}, len(data)
         if ordering_key is not None:
             ordering_key = checked_key(ordering_key)
-        return self._submit(new_message(data, attributes, ordering_key), size)
+        return self._submit(data, attributes, ordering_key, size)
 
     def publish_message(self, message: Message) -> Future[str]:
         """Publish a prepared `Message` (its id and publish time are assigned anew).
@@ -159,7 +159,7 @@ class Publisher:
         key = message.ordering_key
         key = None if key is None else checked_key(key)
         # A fresh Message: the caller's attributes dict may change after the call.
-        return self._submit(new_message(data, attributes, key), size)
+        return self._submit(data, attributes, key, size)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every pending batch; wait until everything accepted before the call settled.
@@ -245,10 +245,10 @@ class Publisher:
         state = "closed" if self._closed else "open"
         return f"<Publisher topic={self._topic.name!r} {state}>"
 
-    def _submit(self, message: Message, size: int) -> Future[str]:
+    def _submit(self, data: bytes, attributes: dict[str, str], key: str | None,
+                size: int) -> Future[str]:
         if size > MAX_MESSAGE_SIZE:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
-        key = message.ordering_key
         if key is not None and key in self._paused:
             raise OrderingKeyPausedError(key)
         future: Future[str] = MessageFuture()
@@ -257,7 +257,7 @@ class Publisher:
         # nothing more reaches the actor's mailbox behind its final flush.
         with gate.lock:
             if gate.admit_now(size):
-                if self._intake.put(message, future, size):
+                if self._intake.put(data, attributes, key, future, size):
                     self._tell(_DRAIN)
                 return future
         waited = gate.acquire(size, on_block=self._send_now)
@@ -265,7 +265,7 @@ class Publisher:
             if gate.closed:
                 gate.release_locked(1, size)
                 raise closed_error()
-            if self._intake.put(message, future, size):
+            if self._intake.put(data, attributes, key, future, size):
                 self._tell(_DRAIN)
             if waited and gate.congested:
                 # Others still wait for capacity: this message must not sit out the

@@ -17,15 +17,15 @@ exactly once, in `_settle` — on confirmation, failure, a paused key or a stop.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors import Actor, Ref
-from runtime._batching import Batch, Batcher, BatchSettings
+from runtime._batching import Batch, Batcher, BatchSettings, Parts
 from runtime._flow_control import FlowGate
-from runtime._message import Message
 from runtime._publisher_intake import Intake
 from runtime._publisher_messages import (
     BatchDone,
@@ -41,7 +41,12 @@ from runtime._publisher_sequencer import KeySequencer
 from runtime._publisher_ticker import Ticker
 from runtime.errors import OrderingKeyPausedError, PublishError
 
-__all__ = ["PublisherActor"]
+__all__ = ["SEND_WINDOW", "PublisherActor"]
+
+# Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here as
+# parts; without a window a fast publisher parks its whole backlog in the topic's mailbox
+# as Message objects, which the garbage collector rescans on every full collection.
+SEND_WINDOW = 32
 
 
 @dataclass(slots=True, kw_only=True)
@@ -88,6 +93,8 @@ class PublisherActor(Actor):
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
         self._in_flight: dict[int, Future[list[str]]] = {}  # sent: the topic's futures
         self._barriers: list[_Barrier] = []
+        self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
+        self._unkeyed_in_flight = 0
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
         self._self_ref: Ref | None = None
@@ -128,21 +135,21 @@ class PublisherActor(Actor):
         with self._gate.lock:
             admitted = self._intake.take()
         if self._ordering:
-            for message, future, size in admitted:
-                self._publish(message, future, size)
+            for parts in admitted:
+                self._publish(parts)
             return
         for batch in self._batcher.add_many(None, admitted):  # one lane: batch the burst
             self._close(batch)
         if self._tick_at is None:
             self._arm()
 
-    def _publish(self, message: Message, future: Future[str], size: int) -> None:
-        key = message.ordering_key if self._ordering else None
+    def _publish(self, parts: Parts) -> None:
+        key = parts[2]
         if key is not None and self._sequencer.is_paused(key):
-            _fail(future, OrderingKeyPausedError(key))
-            self._gate.release(1, size)
+            _fail(parts[3], OrderingKeyPausedError(key))
+            self._gate.release(1, parts[4])
             return
-        for batch in self._batcher.add(key, message, future, size):
+        for batch in self._batcher.add_many(key, (parts,)):
             self._close(batch)
         if self._tick_at is None:
             self._arm()
@@ -166,13 +173,20 @@ class PublisherActor(Actor):
             self._close(batch)
 
     def _close(self, batch: Batch) -> None:
-        """A batch is complete: track it and send it unless its key has one in flight."""
+        """A batch is complete: track it and send it unless its key has one in flight,
+        or (unkeyed) `SEND_WINDOW` batches are in flight already."""
         self._outstanding[batch.id] = batch
         ready = self._sequencer.submit(batch)
-        if ready is not None:
-            self._send(ready)
+        if ready is None:
+            return
+        if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
+            self._held.append(ready)  # kept as parts: a backlog costs the GC little here
+            return
+        self._send(ready)
 
     def _send(self, batch: Batch) -> None:
+        if batch.key is None:
+            self._unkeyed_in_flight += 1
         try:
             result = self._topic._publish_batch(batch.messages)
         except Exception as exc:  # a topic should fail the future; tolerate a raise
@@ -194,6 +208,9 @@ class PublisherActor(Actor):
         self._settle(batch, ids, error)
         key = batch.key
         if key is None:
+            self._unkeyed_in_flight -= 1
+            if self._held:
+                self._send(self._held.popleft())
             return
         if error is None:
             following = self._sequencer.complete(key)
@@ -260,11 +277,12 @@ class PublisherActor(Actor):
             self._ticker = None
         with self._gate.lock:
             admitted = self._intake.take()
-        for _, future, size in admitted:  # admitted but never batched: they fail too
+        for _, _, _, future, size in admitted:  # admitted but never batched: they fail too
             _fail(future, error)
             self._gate.release(1, size)
         self._sequencer.drain()
         self._in_flight.clear()
+        self._held.clear()  # still in _outstanding: settled below
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:
             self._settle(batch, None, error)
         for barrier in self._barriers:

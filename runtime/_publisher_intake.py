@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import Future
 
-from runtime._message import Message
+from runtime._batching import Parts
 
 __all__ = ["Intake"]
 
@@ -20,27 +20,32 @@ class Intake:
     (flush, send-now) was appended before that message's doorbell was processed, so
     the actor has taken it by then.
 
-    Three parallel lists rather than a tuple per message: no per-message container
-    for the garbage collector to track while a backlog waits here.
+    A message waits here as its parts in parallel lists (no `Message` and no tuple per
+    message yet): a backlog then holds little the garbage collector has to rescan.
     """
 
-    __slots__ = ("futures", "messages", "sizes")
+    __slots__ = ("attributes", "datas", "futures", "keys", "sizes")
 
     def __init__(self) -> None:
-        self.messages: list[Message] = []
+        self.datas: list[bytes] = []
+        self.attributes: list[dict[str, str]] = []
+        self.keys: list[str | None] = []
         self.futures: list[Future[str]] = []
         self.sizes: list[int] = []
 
-    def put(self, message: Message, future: Future[str], size: int) -> bool:
+    def put(self, data: bytes, attributes: dict[str, str], key: str | None,
+            future: Future[str], size: int) -> bool:
         """Append (gate lock held); True when the actor must be told (it was empty)."""
-        messages = self.messages
-        messages.append(message)
-        self.futures.append(future)
+        futures = self.futures
+        futures.append(future)
+        self.datas.append(data)
+        self.attributes.append(attributes)
+        self.keys.append(key)
         self.sizes.append(size)
-        return len(messages) == 1
+        return len(futures) == 1
 
-    def take(self) -> Iterator[tuple[Message, Future[str], int]]:
+    def take(self) -> Iterator[Parts]:
         """Everything appended so far, in order (gate lock held while taking)."""
-        taken = zip(self.messages, self.futures, self.sizes, strict=True)
-        self.messages, self.futures, self.sizes = [], [], []
+        taken = zip(self.datas, self.attributes, self.keys, self.futures, self.sizes, strict=True)
+        self.datas, self.attributes, self.keys, self.futures, self.sizes = [], [], [], [], []
         return taken
