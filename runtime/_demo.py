@@ -20,7 +20,8 @@ from runtime._bus import Bus
 from runtime._demo_orders import expected_revenue, invalid_reason, make_orders
 from runtime._demo_pipeline import DemoPipeline
 from runtime._demo_report import DemoReport, progress_bars, summary_table
-from runtime._demo_spark import SparkStage, spark_unavailable
+from runtime._demo_spark import SparkStage
+from runtime._spark_session import spark_unavailable
 
 __all__ = ["run_demo"]
 

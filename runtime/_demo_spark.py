@@ -8,7 +8,6 @@ of group ``analytics`` through the broker endpoint with ``trigger(availableNow=T
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import shutil
@@ -22,20 +21,11 @@ from typing import Any
 
 from runtime._demo_orders import CURRENCIES
 
-__all__ = ["SparkStage", "SparkSummary", "spark_unavailable"]
+__all__ = ["SparkStage", "SparkSummary"]
 
 KEY_ENV = "ACTORBUS_DEMO_AUTHKEY"
 ORDER_SCHEMA = "order_id long, customer string, amount_cents long, currency string, items int"
 QUERY_TIMEOUT = 180.0
-_LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,19 +35,6 @@ class SparkSummary:
     rows_in: int
     rows_out: int
     seconds: float
-
-
-def spark_unavailable() -> str | None:
-    """Why the Spark stage cannot run here (one line), or None when it can."""
-    if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
-        return "pyspark is not installed (pip install -e '.[spark]')"
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        return "Java was not found (install Java 17 or set JAVA_HOME)"
-    import runtime
-
-    if not hasattr(runtime, "connect") or importlib.util.find_spec("runtime.spark") is None:
-        return "the Spark bridge (runtime.spark + broker endpoint) is unavailable in this build"
-    return None
 
 
 class SparkStage:
@@ -95,20 +72,10 @@ class SparkStage:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _build(self) -> None:
-        from pyspark.sql import SparkSession
-
+        from runtime._spark_session import local_session
         from runtime.spark import register
 
-        log4j = self._workdir / "log4j2.properties"
-        log4j.write_text(_LOG4J)
-        session = (
-            SparkSession.builder.master(self._master).appName("actorbus-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}")
-            .getOrCreate())
-        session.sparkContext.setLogLevel("ERROR")
+        session = local_session(self._master, "actorbus-demo", self._workdir)
         register(session)
         self._session = session
 

@@ -6,11 +6,9 @@ module-scoped fixture) and stops it at the end.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,23 +18,12 @@ import pytest
 
 KEY_ENV = "ACTORBUS_TEST_AUTHKEY"
 
-_LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 def _missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
-        return "pyspark and pyarrow are not installed (pip install actorbus[spark])"
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        return "Java is not installed (Spark needs a JVM: set JAVA_HOME or put java on PATH)"
-    return None
+    from runtime._spark_session import spark_unavailable
+
+    return spark_unavailable()
 
 
 MISSING = _missing()
@@ -60,28 +47,15 @@ def authkey() -> bytes:
 
 def spark_session(master: str = "local[2]") -> Iterator[Any]:
     """A quiet local session for one test module; stopped afterwards."""
-    from pyspark.sql import SparkSession
+    from runtime._spark_session import local_session
 
     authkey()
-    # Spark's Python workers run PYSPARK_PYTHON (default: python3 on PATH), not this venv.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     workdir = Path(tempfile.mkdtemp(prefix="actorbus-spark-"))
-    log4j = workdir / "log4j2.properties"
-    log4j.write_text(_LOG4J)
-    spark = (
-        SparkSession.builder.master(master).appName("actorbus-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stopTimeout", "10s")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(master, "actorbus-tests", workdir, **{
+        "spark.default.parallelism": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stopTimeout": "10s",
+    })
     try:
         yield spark
     finally:

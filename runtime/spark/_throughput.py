@@ -24,19 +24,10 @@ _PAYLOAD = b"x" * 100
 _TIMEOUT = 600.0
 
 
-def _session(master: str) -> Any:
-    from pyspark.sql import SparkSession
+def _session(master: str, workdir: Path) -> Any:
+    from runtime._spark_session import local_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(master).appName("actorbus-bench")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session(master, "actorbus-bench", workdir)
 
 
 def _options(address: tuple[str, int], **extra: object) -> dict[str, str]:
@@ -115,14 +106,15 @@ def measure_spark_throughput(rows: int, *, master: str = "local[2]") -> dict[str
     from runtime.spark import register
 
     os.environ.setdefault(_KEY_ENV, secrets.token_hex(16))
-    spark = _session(master)
-    register(spark)
-    with Bus() as bus, serve(bus, authkey=os.environ[_KEY_ENV].encode()) as server, \
-            tempfile.TemporaryDirectory(prefix="actorbus-bench-") as directory:
-        # The first query of a session pays for Python worker start-up: run a small one first.
-        _throughput(spark, bus, server.address, 1000, Path(directory), "warmup")
-        result = _throughput(spark, bus, server.address, rows, Path(directory), "bench")
-        result |= _latency(spark, bus, server.address, Path(directory))
+    with tempfile.TemporaryDirectory(prefix="actorbus-bench-") as directory:
+        workdir = Path(directory)
+        spark = _session(master, workdir)
+        register(spark)
+        with Bus() as bus, serve(bus, authkey=os.environ[_KEY_ENV].encode()) as server:
+            # The first query of a session pays for Python worker start-up: a small one first.
+            _throughput(spark, bus, server.address, 1000, workdir, "warmup")
+            result = _throughput(spark, bus, server.address, rows, workdir, "bench")
+            result |= _latency(spark, bus, server.address, workdir)
     return result
 
 
