@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from actors import ActorSystem
+
 # Helper processes that multiprocessing starts once per interpreter and owns itself.
 _MP_HELPERS = ("forkserver", "resource_tracker", "semaphore_tracker")
 # Threads that outlive a test by design of a third party (Spark's py4j gateway).
@@ -20,6 +22,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--soak", action="store_true", default=False,
         help="scale the reliability tests up to soak sizes",
     )
+
+
+@pytest.fixture
+def system() -> Iterator[ActorSystem]:
+    """An actor system for one test, shut down after it (modules may define their own)."""
+    with ActorSystem() as actor_system:
+        yield actor_system
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, wait
 
 import pytest
-from test_publisher_support import FakeTopic
+from test_publisher_support import FakeTopic, batching
 
 from actors import ActorSystem
 from runtime._batching import BatchSettings
@@ -19,22 +18,10 @@ from runtime._flow_control import FlowControl
 from runtime._publisher import Publisher
 from runtime.errors import TopicClosedError
 
-LONG = 60.0
-
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    with ActorSystem() as actor_system:
-        yield actor_system
-
 
 @pytest.fixture
 def topic() -> FakeTopic:
     return FakeTopic()
-
-
-def batching(**overrides: float) -> BatchSettings:
-    return BatchSettings(**{"max_latency": LONG, **overrides})  # type: ignore[arg-type]
 
 
 def test_defaults_publish_fifty_messages_with_distinct_ids(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -16,12 +15,6 @@ from runtime._publisher import Publisher
 from runtime.errors import FlowControlError, TopicClosedError
 
 LONG_BATCHES = BatchSettings(max_messages=100, max_latency=60.0)
-
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    with ActorSystem() as actor_system:
-        yield actor_system
 
 
 def publish_in_thread(

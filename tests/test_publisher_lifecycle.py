@@ -5,11 +5,10 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
-from test_publisher_support import FakeTopic
+from test_publisher_support import LONG, FakeTopic, batching
 
 from actors import ActorSystem
 from runtime._batching import BatchSettings
@@ -18,22 +17,10 @@ from runtime._message import Message
 from runtime._publisher import Publisher
 from runtime.errors import FlowControlError, OrderingKeyPausedError, PublishError
 
-LONG = 60.0
-
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    with ActorSystem() as actor_system:
-        yield actor_system
-
 
 @pytest.fixture
 def topic() -> FakeTopic:
     return FakeTopic()
-
-
-def batching(**overrides: float) -> BatchSettings:
-    return BatchSettings(**{"max_latency": LONG, **overrides})  # type: ignore[arg-type]
 
 
 def test_flush_sends_pending_batches_at_once(system: ActorSystem, topic: FakeTopic) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from test_publisher_support import FakeTopic
@@ -14,12 +13,6 @@ from runtime._publisher import Publisher
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
 
 ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)
-
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    with ActorSystem() as actor_system:
-        yield actor_system
 
 
 def keys_and_data(topic: FakeTopic) -> list[list[tuple[str | None, bytes]]]:

@@ -12,7 +12,15 @@ import threading
 import time
 from concurrent.futures import Future
 
+from runtime._batching import BatchSettings
 from runtime._message import Message
+
+LONG = 60.0  # seconds: a batch latency no test waits for
+
+
+def batching(**overrides: float) -> BatchSettings:
+    """Batch settings whose latency never fires unless a test sets it."""
+    return BatchSettings(**{"max_latency": LONG, **overrides})  # type: ignore[arg-type]
 
 
 class FakeTopic:
