@@ -20,12 +20,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
 from typing import Any
 
 from actors import Actor, Ref
 from runtime._batching import Batch, Batcher, BatchSettings, Parts
 from runtime._flow_control import FlowGate
+from runtime._publisher_flush import FlushBarriers
 from runtime._publisher_intake import Intake
 from runtime._publisher_messages import (
     BatchDone,
@@ -47,15 +47,6 @@ __all__ = ["SEND_WINDOW", "PublisherActor"]
 # parts; without a window a fast publisher parks its whole backlog in the topic's mailbox
 # as Message objects, which the garbage collector rescans on every full collection.
 SEND_WINDOW = 32
-
-
-@dataclass(slots=True, kw_only=True)
-class _Barrier:
-    """A flush waiting for the batches with ids <= ``last_id`` that were outstanding."""
-
-    last_id: int
-    remaining: int
-    done: Future[None] = field(compare=False)
 
 
 class PublisherActor(Actor):
@@ -92,7 +83,7 @@ class PublisherActor(Actor):
         self._sequencer = KeySequencer()
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
         self._in_flight: dict[int, Future[list[str]]] = {}  # sent: the topic's futures
-        self._barriers: list[_Barrier] = []
+        self._barriers = FlushBarriers()
         self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
         self._tick_at: float | None = None
@@ -121,7 +112,8 @@ class PublisherActor(Actor):
         elif isinstance(message, SendNow | Flush):
             self._close_all()
             if isinstance(message, Flush):
-                self._add_barrier(message.done)
+                self._barriers.add(message.done, last_id=self._batcher.last_id,
+                                   outstanding=len(self._outstanding))
         elif isinstance(message, SetOptions):
             self._set_options(message)
         elif isinstance(message, Resume):
@@ -243,26 +235,7 @@ class PublisherActor(Actor):
                 _fail(future, error)
         self._gate.release(len(batch), batch.size)
         if self._outstanding.pop(batch.id, None) is not None and self._barriers:
-            self._count_down(batch.id)
-
-    def _add_barrier(self, done: Future[None]) -> None:
-        if not self._outstanding:
-            _resolve(done, None)
-            return
-        self._barriers.append(_Barrier(
-            last_id=self._batcher.last_id, remaining=len(self._outstanding), done=done
-        ))
-
-    def _count_down(self, batch_id: int) -> None:
-        waiting = []
-        for barrier in self._barriers:
-            if batch_id <= barrier.last_id:
-                barrier.remaining -= 1
-            if barrier.remaining > 0:
-                waiting.append(barrier)
-            else:
-                _resolve(barrier.done, None)
-        self._barriers = waiting
+            self._barriers.settled(batch.id)
 
     def _set_options(self, options: SetOptions) -> None:
         self._ordering = options.message_ordering
@@ -285,9 +258,7 @@ class PublisherActor(Actor):
         self._held.clear()  # still in _outstanding: settled below
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:
             self._settle(batch, None, error)
-        for barrier in self._barriers:
-            _resolve(barrier.done, None)
-        self._barriers = []
+        self._barriers.release_all()
 
 
 _TICK = Tick()
@@ -304,13 +275,6 @@ def _outcome(
     if len(ids) != count:
         return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
     return ids, None
-
-
-def _resolve(future: Future[Any], value: Any) -> None:
-    try:
-        future.set_result(value)
-    except InvalidStateError:  # the caller cancelled it
-        pass
 
 
 def _fail(future: Future[Any], error: BaseException) -> None:

@@ -1,0 +1,65 @@
+"""Flushes waiting for the batches that were outstanding when they were asked for."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+
+__all__ = ["FlushBarriers"]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Barrier:
+    """A flush waiting for the batches with ids <= ``last_id`` that were outstanding."""
+
+    last_id: int
+    remaining: int
+    done: Future[None] = field(compare=False)
+
+
+class FlushBarriers:
+    """The Publisher actor's pending flushes (touched on its thread only).
+
+    A flush waits for exactly the batches outstanding when it was asked for: batches
+    closed later (a concurrent publisher) never keep it waiting.
+    """
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: list[_Barrier] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    def add(self, done: Future[None], *, last_id: int, outstanding: int) -> None:
+        """Resolve ``done`` once the ``outstanding`` batches with ids <= ``last_id`` settle."""
+        if outstanding == 0:
+            _resolve(done)
+            return
+        self._waiting.append(_Barrier(last_id=last_id, remaining=outstanding, done=done))
+
+    def settled(self, batch_id: int) -> None:
+        """Batch ``batch_id`` settled: count it down; resolve the flushes it completes."""
+        waiting = []
+        for barrier in self._waiting:
+            if batch_id <= barrier.last_id:
+                barrier.remaining -= 1
+            if barrier.remaining > 0:
+                waiting.append(barrier)
+            else:
+                _resolve(barrier.done)
+        self._waiting = waiting
+
+    def release_all(self) -> None:
+        """Resolve every pending flush (the Publisher is going away)."""
+        for barrier in self._waiting:
+            _resolve(barrier.done)
+        self._waiting = []
+
+
+def _resolve(done: Future[None]) -> None:
+    try:
+        done.set_result(None)
+    except InvalidStateError:  # the caller cancelled it
+        pass
