@@ -21,7 +21,7 @@ from runtime import Bus, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, seconds_per
-from ._pipeline import PAYLOAD, TIMEOUT, acknowledge, settle
+from ._pipeline import PAYLOAD, TIMEOUT, acknowledge, run_pipeline
 from ._thread_actors import PykkaCounter
 
 __all__ = ["SCENARIOS"]
@@ -51,12 +51,7 @@ def _pykka_counters() -> Iterator[list[pykka.ActorRef[PykkaCounter]]]:
 
 
 def _run_ours(topic: Topic[Any], publisher: Publisher, count: int) -> None:
-    publish = publisher.publish
-    before = topic.stats().delivered
-    for _ in range(count):
-        publish(PAYLOAD)
-    publisher.flush(TIMEOUT)
-    settle(topic, before, count)
+    run_pipeline(topic, publisher, count)
     if topic.stats().lagged:
         raise RuntimeError("a broadcast subscriber lagged: deliveries were dropped")
 
