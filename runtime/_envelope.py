@@ -2,20 +2,21 @@
 
 An envelope is a plain tuple (one is built per published message on the hot path, and a
 tuple costs a fifth of a slots object); read it with the index constants below.
-``stamp_time`` is None for a plain ``publish(obj)``; for a Publisher `Message` it is the
-publish time, and the payload is the message as published, stamped with its id and
-time only when someone reads it (`message_of`).
+``stamp_time`` is None for a plain ``publish(obj)``: the payload is the object itself.
+For a Publisher `Message` it is the publish time, the payload is the message's data and
+the key and attributes are its own; the `Message` subscribers see is built only when
+someone reads it (`message_of`), so an unread message costs no object of its own.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from runtime._message import Message, new_message
+from runtime._message import new_message
 
 __all__ = [
     "ATTRIBUTES", "KEY", "MESSAGE_ID", "PAYLOAD", "SEQ", "STAMP_TIME", "TOPIC", "Envelope",
-    "message_of", "stamp",
+    "message_of",
 ]
 
 # (seq, message_id, payload, key, attributes, topic, stamp_time)
@@ -28,15 +29,11 @@ ATTRIBUTES: Final = 4
 TOPIC: Final = 5
 STAMP_TIME: Final = 6
 
-def stamp(message: Message, message_id: str, publish_time: float) -> Message:
-    """A copy of ``message`` with its id and publish time set."""
-    return new_message(message.data, message.attributes, message.ordering_key,
-                       message_id, publish_time)
-
 
 def message_of(envelope: Envelope) -> Any:
     """The message subscribers see: the object itself, or the stamped `Message`."""
     stamp_time = envelope[STAMP_TIME]
     if stamp_time is None:
         return envelope[PAYLOAD]
-    return stamp(envelope[PAYLOAD], envelope[MESSAGE_ID], stamp_time)
+    return new_message(envelope[PAYLOAD], envelope[ATTRIBUTES], envelope[KEY],
+                       envelope[MESSAGE_ID], stamp_time)

@@ -74,6 +74,8 @@ class PublisherActor(Actor):
     ) -> None:
         super().__init__()
         self._topic = topic
+        self._publish_parts: Callable[..., Future[list[str]]] | None = getattr(
+            topic, "_publish_parts", None)
         self._gate = gate
         self._intake = intake
         self._ordering = message_ordering
@@ -180,7 +182,10 @@ class PublisherActor(Actor):
         if batch.key is None:
             self._unkeyed_in_flight += 1
         try:
-            result = self._topic._publish_batch(batch.messages)
+            if self._publish_parts is not None:
+                result = self._publish_parts(batch.datas, batch.attributes, batch.keys)
+            else:
+                result = self._topic._publish_batch(batch.messages)
         except Exception as exc:  # a topic should fail the future; tolerate a raise
             result = Future()
             result.set_exception(exc)

@@ -26,7 +26,12 @@ __all__ = [
 
 
 class BatchTopic(Protocol):
-    """What a Publisher needs from a topic: its name and a non-blocking batch publish."""
+    """What a Publisher needs from a topic: its name and a non-blocking batch publish.
+
+    A local `Topic` also has ``_publish_parts(datas, attributes, keys)``, which takes a
+    batch as the parallel lists the Publisher keeps; the Publisher uses it when present
+    (no `Message` object per message on the way in).
+    """
 
     @property
     def name(self) -> str: ...

@@ -75,6 +75,17 @@ class PublishPath:
                 continue
             raise MessageTypeError(self._topic, expected.__qualname__, type(message).__qualname__)
 
+    def check_datas(self, datas: list[bytes]) -> None:
+        """Steps 1-2 for Publisher messages given by their data."""
+        if self._ledger.closed:
+            raise TopicClosedError(self._topic)
+        expected = self._settings.message_type
+        if expected is None or issubclass(Message, expected):
+            return
+        for data in datas:
+            if not isinstance(data, expected):
+                raise MessageTypeError(self._topic, expected.__qualname__, "Message")
+
     def admit(self, deadline: float | None) -> bool:
         """Steps 3-4: throttle, then wait for a ``max_pending`` slot; True if one was taken."""
         settings, ledger = self._settings, self._ledger
@@ -94,29 +105,42 @@ class PublishPath:
         seq = next(self._seqs)
         return (seq, str(seq), payload, key or None, attributes, self._topic, None)
 
-    def envelopes(self, messages: list[Message]) -> list[Envelope]:
+    def envelopes(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> list[Envelope]:
         """Accept Publisher messages: a new id each, and the publish time (stamped lazily)."""
         now, seqs, topic = time.time(), self._seqs, self._topic
         return [
-            (seq, str(seq), m, m.ordering_key or None, m.attributes, topic, now)
-            for m, seq in zip(messages, seqs, strict=False)
+            (seq, str(seq), data, key, attrs, topic, now)
+            for data, attrs, key, seq in zip(datas, attributes, keys, seqs, strict=False)
         ]
 
     def publish_messages(self, messages: list[Message]) -> list[str]:
-        """A Publisher batch: the whole chain for each message; returns the ids in order.
+        """`publish_parts` for prepared `Message` objects (an empty key is no key)."""
+        return self.publish_parts(
+            [m.data for m in messages], [m.attributes for m in messages],
+            [m.ordering_key or None for m in messages],
+        )
 
-        Blocks on backpressure (no bound; closing the topic wakes it).
+    def publish_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> list[str]:
+        """A Publisher batch, as parallel lists: the whole chain for each message.
+
+        Returns the ids in order. Blocks on backpressure (no bound; closing the topic
+        wakes it).
         """
-        self.check(messages)
+        self.check_datas(datas)
         if self._settings.max_pending is None:
-            envelopes = self.envelopes(messages)
+            envelopes = self.envelopes(datas, attributes, keys)
             size = self._settings.balanced_capacity
             for start in range(0, len(envelopes), size):
                 self._send_counted(envelopes[start:start + size], admit=False)
             return [e[MESSAGE_ID] for e in envelopes]
         ids = []
-        for message in messages:
-            envelopes = self.envelopes([message])
+        for index in range(len(datas)):
+            envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
+                                       keys[index:index + 1])
             self._send_counted(envelopes, admit=True)
             ids.append(envelopes[0][MESSAGE_ID])
         return ids

@@ -138,7 +138,16 @@ class Topic(Generic[T]):
         return PublishReport(envelope[MESSAGE_ID], balanced, broadcast, future)
 
     def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
-        """Publish a Publisher batch as one mailbox message to the topic actor.
+        """`_publish_parts` for prepared `Message` objects (an empty key is no key)."""
+        return self._publish_parts(
+            [m.data for m in messages], [m.attributes for m in messages],
+            [m.ordering_key or None for m in messages],
+        )
+
+    def _publish_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> Future[list[str]]:
+        """Publish a Publisher batch, as parallel lists, in one mailbox message.
 
         Never blocks. The future resolves with the ids in order once every message was
         accepted, or fails (nothing of the batch delivered for a closed topic or a
@@ -149,7 +158,7 @@ class Topic(Generic[T]):
             if self._ledger.closed or self._torn_down:
                 future.set_exception(TopicClosedError(self._name))
             else:
-                self._actor.tell(PublishBatch(list(messages), future))
+                self._actor.tell(PublishBatch(datas, attributes, keys, future))
         return future
 
     def publisher(self, **options: Any) -> Publisher:
@@ -217,7 +226,9 @@ class Topic(Generic[T]):
         """Put a message refused on its way in (a Spark row flagged by its error column)
         into the dead letters with an id of its own; it counts as published and nacked."""
         self._check_open()
-        self._ledger.dead_letter_refused(self._path.envelopes([message])[0], reason, error)
+        envelope = self._path.envelopes(
+            [message.data], [message.attributes], [message.ordering_key or None])[0]
+        self._ledger.dead_letter_refused(envelope, reason, error)
 
     def create_group(self, name: str) -> None:
         """Create balanced group ``name`` with no members yet (messages wait in it)."""

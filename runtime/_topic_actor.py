@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors import Actor
-from runtime._message import Message
 from runtime._publishing import PublishPath
 
 __all__ = ["PublishBatch", "TopicActor"]
@@ -15,9 +14,12 @@ __all__ = ["PublishBatch", "TopicActor"]
 
 @dataclass(frozen=True, slots=True)
 class PublishBatch:
-    """A Publisher batch; ``future`` resolves with the ids in order, or the failure."""
+    """A Publisher batch as parallel lists (data, attributes, key per message);
+    ``future`` resolves with the ids in order, or the failure."""
 
-    messages: list[Message]
+    datas: list[bytes]
+    attributes: list[dict[str, str]]
+    keys: list[str | None]
     future: Future[list[str]]
 
 
@@ -39,7 +41,7 @@ class TopicActor(Actor):
             if not future.set_running_or_notify_cancel():
                 return None
             try:
-                ids = self._path.publish_messages(message.messages)
+                ids = self._path.publish_parts(message.datas, message.attributes, message.keys)
             except BaseException as exc:
                 future.set_exception(exc)
             else:

@@ -1,4 +1,10 @@
-"""Process members: a Pool of worker processes running a group's handler on batches."""
+"""Process members: a Pool of worker processes running a group's handler on batches.
+
+A batch crosses the pipe as columns (one list per field, pickled once per batch); the
+worker answers with a count when every delivery was acked during the handler call, and
+with the settlements it saw otherwise, so the common case costs the parent no
+per-message decoding.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 
 from actors import Actor, Ref
 from runtime._delivery import ACKED, Delivery, HandOver
-from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, TOPIC, message_of
+from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME
 from runtime._group import Credit
 from runtime._member import Handler, run_handler
 
@@ -21,19 +27,59 @@ logger = logging.getLogger(__name__)
 # Deliveries a worker process may hold at once (sent as one pickled batch).
 PROCESS_WINDOW = 256
 
-# (index, message, message_id, key, attributes, topic, attempt)
-Work = tuple[int, Any, str, "str | None", "dict[str, str]", str, int]
-# (index, acked, reason, error)
+# (index, acked, reason, error): one settlement seen by the worker.
 Settlement = tuple[int, bool, "str | None", "str | None"]
+# What a worker answers: the batch's size when all of it was acked, else its settlements.
+Reply = "int | list[Settlement]"
 
 
 @dataclass(frozen=True, slots=True)
 class WorkBatch:
-    """Deliveries for a worker process: what crosses the pipe (pickled once per batch)."""
+    """Deliveries for a worker process, as columns: what crosses the pipe.
+
+    Item ``i`` is the delivery with index ``i``; the columns hold the envelopes' fields
+    (``stamps[i]`` is None when ``payloads[i]`` is the published object itself, else
+    the message came through a Publisher and ``payloads[i]`` is its data).
+    """
 
     subscriber_id: int
     group: str
-    items: list[Work]
+    topic: str
+    ids: list[str]
+    payloads: list[Any]
+    keys: list[str | None]
+    attributes: list[dict[str, str]]
+    stamps: list[float | None]
+    attempts: list[int]
+
+    @classmethod
+    def of(cls, subscriber_id: int, group: str, topic: str,
+           deliveries: list[Delivery[Any]]) -> WorkBatch:
+        """The columns of ``deliveries`` (in index order)."""
+        envelopes = [d._envelope for d in deliveries]
+        return cls(
+            subscriber_id, group, topic,
+            [e[MESSAGE_ID] for e in envelopes],
+            [e[PAYLOAD] for e in envelopes],
+            [e[KEY] for e in envelopes],
+            [e[ATTRIBUTES] for e in envelopes],
+            [e[STAMP_TIME] for e in envelopes],
+            [d._attempt for d in deliveries],
+        )
+
+    def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
+        """Rebuild the deliveries on the worker's side, all pending on ``handover``."""
+        topic = self.topic
+        out: list[Delivery[Any]] = [
+            Delivery((0, message_id, payload, key, attributes, topic, stamp), handover, index,
+                     attempt)
+            for index, (message_id, payload, key, attributes, stamp, attempt) in enumerate(zip(
+                self.ids, self.payloads, self.keys, self.attributes, self.stamps, self.attempts,
+                strict=True,
+            ))
+        ]
+        handover.pending = dict(enumerate(out))
+        return out
 
 
 class _Collect:
@@ -66,21 +112,16 @@ class WorkerActor(Actor):
         self._auto_ack = auto_ack
 
     def on_receive(self, message: Any) -> Any:
-        """Handle one batch; returns ``[(index, acked, reason, error), ...]``."""
+        """Handle one batch; returns its size if all was acked, else the settlements."""
         batch: WorkBatch = message
         sink = _Collect()
         handover = HandOver(sink, batch.subscriber_id, batch.group)
-        deliveries: list[Delivery[Any]] = []
-        for index, payload, message_id, key, attributes, topic, attempt in batch.items:
-            delivery: Delivery[Any] = Delivery(
-                (0, message_id, payload, key, attributes, topic, None), handover, index, attempt,
-            )
-            handover.pending[index] = delivery
-            deliveries.append(delivery)
+        deliveries = batch.deliveries(handover)
         run_handler(self._handler, self._auto_ack, handover, deliveries)
-        return [
-            (d._index, d._state == ACKED, d.reason, d.error) for d in sink.settled
-        ]
+        settled = sink.settled
+        if len(settled) == len(deliveries) and all(d._state is ACKED for d in settled):
+            return len(deliveries)
+        return [(d._index, d._state is ACKED, d.reason, d.error) for d in settled]
 
 
 class ProcessEndpoint:
@@ -99,11 +140,8 @@ class ProcessEndpoint:
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the batch; settle from its answer (never blocks)."""
-        items: list[Work] = [
-            (d._index, message_of(e), e[MESSAGE_ID], e[KEY], e[ATTRIBUTES], e[TOPIC], d._attempt)
-            for d in deliveries for e in (d._envelope,)
-        ]
-        batch = WorkBatch(self.subscriber_id, handover.group or "", items)
+        topic = deliveries[0].topic
+        batch = WorkBatch.of(self.subscriber_id, handover.group or "", topic, deliveries)
         try:
             future = self._worker.ask(batch, timeout=None)
         except Exception as exc:  # e.g. a payload that does not pickle
@@ -120,17 +158,11 @@ class ProcessEndpoint:
                 logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
                 self._fail(handover, deliveries, "worker_crashed", str(error))
                 return
-            settled = []
-            for index, acked, reason, text in future.result():
-                delivery = deliveries[index]
-                if not delivery._claim():
-                    continue  # its deadline or the close sweep won
-                if acked:
-                    delivery._state = ACKED
-                else:
-                    delivery._set_nacked(reason or "nack", text)
-                settled.append(delivery)
-            self._finish(settled, len(deliveries))
+            reply = future.result()
+            if type(reply) is int:
+                self._finish(_claim_acked(handover, deliveries), len(deliveries))
+            else:
+                self._finish(_claim_settled(deliveries, reply), len(deliveries))
 
         return done
 
@@ -148,3 +180,29 @@ class ProcessEndpoint:
         if settled:
             self._tracker.tell(settled)
         self._group.tell(Credit(self.key, count))
+
+
+def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:
+    """Claim every delivery the parent still holds as acked (their deadline may have won)."""
+    pop = handover.pending.pop
+    claimed = [d for d in deliveries if pop(d._index, None) is not None]
+    for delivery in claimed:
+        delivery._state = ACKED
+    return claimed
+
+
+def _claim_settled(
+    deliveries: list[Delivery[Any]], settlements: list[Settlement],
+) -> list[Delivery[Any]]:
+    """Claim and settle the deliveries the worker reported; the rest wait for deadlines."""
+    settled = []
+    for index, acked, reason, text in settlements:
+        delivery = deliveries[index]
+        if not delivery._claim():
+            continue  # its deadline or the close sweep won
+        if acked:
+            delivery._state = ACKED
+        else:
+            delivery._set_nacked(reason or "nack", text)
+        settled.append(delivery)
+    return settled
