@@ -173,6 +173,47 @@ class Batcher:
                 batch = None
         return closed
 
+    def add_columns(
+        self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
+    ) -> list[Batch]:
+        """`add_many` for messages given as parallel lists, one lane: a slice per batch.
+
+        The thresholds are checked per batch (a message count and one ``sum`` of sizes),
+        and per message only where ``max_bytes`` cuts a batch short.
+        """
+        settings = self._settings
+        max_bytes = settings.max_bytes
+        per_batch = 1 if settings.max_latency <= 0 else settings.max_messages
+        closed: list[Batch] = []
+        batch = self._open.get(key)
+        start, count = 0, len(futures)
+        while start < count:
+            if batch is None:
+                batch = self._open[key] = self._new(key)
+            end = min(count, start + per_batch - len(batch.futures))
+            added = sum(sizes[start:end])
+            if batch.size + added >= max_bytes:
+                end, added = _fit(sizes, start, end, max_bytes - batch.size)
+                if end == start and batch.futures:  # the next one overflows: send first
+                    del self._open[key]
+                    closed.append(batch)
+                    batch = None
+                    continue
+                if end == start:  # a lone message above max_bytes goes alone
+                    end, added = start + 1, sizes[start]
+            batch.datas += datas[start:end]
+            batch.attributes += attributes[start:end]
+            batch.keys += keys[start:end]
+            batch.futures += futures[start:end]
+            batch.size += added
+            start = end
+            if len(batch.futures) >= per_batch or batch.size >= max_bytes:
+                del self._open[key]
+                closed.append(batch)
+                batch = None
+        return closed
+
     def due(self) -> list[Batch]:
         """Close and return every open batch whose latency has passed, oldest first."""
         limit = self._clock() - self._settings.max_latency
@@ -217,3 +258,20 @@ class Batcher:
     def _new(self, key: str | None) -> Batch:
         self._last_id += 1
         return Batch(id=self._last_id, key=key, created_at=self._clock())
+
+
+def _fit(sizes: list[int], start: int, end: int, room: int) -> tuple[int, int]:
+    """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``): before
+    the first message that would overflow it, or after the one that fills it exactly.
+
+    Returns that index and the sizes' sum up to it.
+    """
+    total = 0
+    for index in range(start, end):
+        size = sizes[index]
+        if total + size > room:
+            return index, total
+        total += size
+        if total == room:
+            return index + 1, total
+    return end, total

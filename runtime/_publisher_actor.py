@@ -126,13 +126,15 @@ class PublisherActor(Actor):
         return None
 
     def _drain(self) -> None:
-        with self._gate.lock:
-            admitted = self._intake.take()
         if self._ordering:
+            with self._gate.lock:
+                admitted = self._intake.take()
             for parts in admitted:
                 self._publish(parts)
             return
-        for batch in self._batcher.add_many(None, admitted):  # one lane: batch the burst
+        with self._gate.lock:
+            columns = self._intake.take_columns()
+        for batch in self._batcher.add_columns(None, *columns):  # one lane: slice the burst
             self._close(batch)
         if self._tick_at is None:
             self._arm()

@@ -7,7 +7,12 @@ from concurrent.futures import Future
 
 from runtime._batching import Parts
 
-__all__ = ["Intake"]
+__all__ = ["Columns", "Intake"]
+
+# datas, attributes, ordering keys, futures, sizes: one entry per message, in order.
+Columns = tuple[
+    list[bytes], list[dict[str, str]], list["str | None"], list["Future[str]"], list[int],
+]
 
 
 class Intake:
@@ -46,6 +51,10 @@ class Intake:
 
     def take(self) -> Iterator[Parts]:
         """Everything appended so far, in order (gate lock held while taking)."""
-        taken = zip(self.datas, self.attributes, self.keys, self.futures, self.sizes, strict=True)
+        return zip(*self.take_columns(), strict=True)
+
+    def take_columns(self) -> Columns:
+        """Everything appended so far as the parallel lists (gate lock held while taking)."""
+        taken = (self.datas, self.attributes, self.keys, self.futures, self.sizes)
         self.datas, self.attributes, self.keys, self.futures, self.sizes = [], [], [], [], []
         return taken

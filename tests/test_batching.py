@@ -6,6 +6,9 @@ import pickle
 from concurrent.futures import Future
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from runtime._batching import Batch, Batcher, BatchSettings
 from runtime._message import Message
@@ -20,7 +23,7 @@ class FakeClock:
         return self.now
 
 
-def add(batcher: Batcher, size: int, key: str | None = None) -> tuple[Batch, ...]:
+def add(batcher: Batcher, size: int, key: str | None = None) -> list[Batch]:
     message = Message(data=b"x" * size, ordering_key=key)
     return batcher.add(key, message, Future(), message.size)
 
@@ -187,3 +190,71 @@ def test_update_closes_batches_that_now_reach_a_threshold() -> None:
     assert [(b.key, len(b)) for b in full] == [("A", 3)]
     assert batcher.settings.max_messages == 2
     assert [b.key for b in batcher.drain()] == ["B"]
+
+
+def _one_at_a_time(settings: BatchSettings, message_sizes: list[int]) -> list[list[int]]:
+    batcher = Batcher(settings, clock=FakeClock())
+    closed: list[Batch] = []
+    for size in message_sizes:
+        closed += add(batcher, size)
+    return [sizes(batch) for batch in closed + batcher.drain()]
+
+
+def _as_columns(settings: BatchSettings, message_sizes: list[int], bursts: int) -> list[list[int]]:
+    batcher = Batcher(settings, clock=FakeClock())
+    closed: list[Batch] = []
+    step = -(-len(message_sizes) // bursts) or 1
+    for start in range(0, len(message_sizes), step):
+        burst = message_sizes[start:start + step]
+        closed += batcher.add_columns(
+            None, [b"x" * n for n in burst], [{} for _ in burst], [None] * len(burst),
+            [Future() for _ in burst], list(burst),
+        )
+    return [sizes(batch) for batch in closed + batcher.drain()]
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(
+    message_sizes=st.lists(st.integers(min_value=0, max_value=8), max_size=60),
+    max_messages=st.integers(min_value=1, max_value=12),
+    max_bytes=st.integers(min_value=1, max_value=20),
+    latency=st.sampled_from([0.0, 0.01]),
+    bursts=st.integers(min_value=1, max_value=5),
+)
+def test_add_columns_cuts_exactly_like_adding_one_at_a_time(
+    message_sizes: list[int], max_messages: int, max_bytes: int, latency: float, bursts: int,
+) -> None:
+    settings = BatchSettings(max_messages=max_messages, max_bytes=max_bytes, max_latency=latency)
+
+    expected = _one_at_a_time(settings, message_sizes)
+    actual = _as_columns(settings, message_sizes, bursts)
+
+    assert actual == expected
+    assert sum(map(len, actual)) == len(message_sizes)
+
+
+@pytest.mark.parametrize(("message_sizes", "expected"), [
+    ([5, 5, 5], [[5, 5], [5]]),  # a batch reaching max_bytes exactly closes at once
+    ([4, 4, 4], [[4, 4], [4]]),  # the third would overflow: the open batch goes first
+    ([3, 30, 3], [[3], [30], [3]]),  # a lone message above max_bytes goes alone
+    ([0, 0, 0, 0, 0, 0, 0], [[0, 0, 0], [0, 0, 0], [0]]),  # only the count closes these
+])
+def test_add_columns_byte_threshold_edges(message_sizes: list[int], expected: list[list[int]]) -> None:
+    settings = BatchSettings(max_messages=3, max_bytes=10)
+
+    assert _as_columns(settings, message_sizes, 1) == expected
+    assert _one_at_a_time(settings, message_sizes) == expected
+
+
+def test_add_columns_keeps_futures_with_their_messages() -> None:
+    batcher = Batcher(BatchSettings(max_messages=2), clock=FakeClock())
+    futures: list[Future[str]] = [Future() for _ in range(5)]
+    datas = [bytes([i]) for i in range(5)]
+
+    closed = batcher.add_columns(None, datas, [{"i": str(i)} for i in range(5)],
+                                 [None] * 5, futures, [1] * 5)
+
+    assert [batch.datas for batch in closed] == [[b"\x00", b"\x01"], [b"\x02", b"\x03"]]
+    assert [batch.futures for batch in closed] == [futures[:2], futures[2:4]]
+    assert [batch.attributes for batch in closed][1] == [{"i": "2"}, {"i": "3"}]
+    assert batcher.drain()[0].futures == [futures[4]]
