@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
-__all__ = ["FlushBarriers"]
+__all__ = ["FlushBarriers", "wait_flushed"]
+
+# Each slice of an unbounded flush wait: how soon a dead actor is noticed.
+_WAIT_SLICE = 1.0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -63,3 +68,23 @@ def _resolve(done: Future[None]) -> None:
         done.set_result(None)
     except InvalidStateError:  # the caller cancelled it
         pass
+
+
+def wait_flushed(done: Future[None], timeout: float | None, alive: Callable[[], bool]) -> None:
+    """Wait for a flush's ``done``; give up early once ``alive()`` is False (the actor is
+    gone, nothing would answer).
+
+    Raises:
+        TimeoutError: ``timeout`` seconds passed first.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        remaining = _WAIT_SLICE if deadline is None else deadline - time.monotonic()
+        try:
+            done.result(timeout=max(0.0, min(remaining, _WAIT_SLICE)))
+            return
+        except TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"flush did not finish within {timeout} s") from None
+            if not alive():
+                return

@@ -32,12 +32,14 @@ _CONDITION = "_message_future_condition"
 class MessageFuture(Future[T]):
     """A `concurrent.futures.Future` that builds its condition on first use."""
 
-    def __init__(self) -> None:  # Future.__init__ would build the condition eagerly
-        self._state = _PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        # ``_waiters`` and ``_done_callbacks`` come with the condition: Future only ever
-        # touches them holding it, so a future nobody waits on never allocates them.
+    # A fresh future's state lives in these class defaults (the instance dict is filled
+    # only as it changes), so creating one runs no Python code at all.
+    _state = _PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+    # ``_waiters`` and ``_done_callbacks`` come with the condition: Future only ever
+    # touches them holding it, so a future nobody waits on never allocates them.
+    __init__ = object.__init__  # Future.__init__ would build the condition eagerly
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
