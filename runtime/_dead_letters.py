@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DeadLetter", "DeadLetterQueue"]
+from runtime._delivery import Delivery
+from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, message_of
+
+__all__ = ["DeadLetter", "DeadLetterQueue", "dead_letter_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +48,18 @@ class DeadLetter:
     at: float
     key: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+
+
+def dead_letter_of(delivery: Delivery[Any], topic: str) -> DeadLetter:
+    """The dead letter of a delivery that failed for good (its failure is set)."""
+    envelope, handover = delivery._envelope, delivery._handover
+    reason, error, _ = delivery._failure
+    return DeadLetter(
+        message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=topic,
+        subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,
+        error=error, attempts=delivery._attempt, at=time.time(), key=envelope[KEY],
+        attributes=envelope[ATTRIBUTES],
+    )
 
 
 class DeadLetterQueue:

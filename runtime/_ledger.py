@@ -12,15 +12,15 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-from runtime._dead_letters import DeadLetter, DeadLetterQueue
+from runtime._dead_letters import DeadLetterQueue, dead_letter_of
+from runtime._deadlines import Deadlines
 from runtime._delivery import ACKED, Delivery, HandOver
-from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, SEQ, Envelope, message_of
-from runtime._outcome import Nack, Outcome
+from runtime._envelope import SEQ, Envelope
+from runtime._outcome import Nack, Outcome, OutcomeTrack
 from runtime._stats import Counters, TopicStats
 from runtime.errors import TopicClosedError, WouldBlock
 
@@ -28,20 +28,8 @@ __all__ = ["Ledger"]
 
 # Failures a balanced delivery may be retried after, while attempts remain.
 _RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
-_ACKED_OUTCOME = Outcome(acked=True, nacks=())
 
 Effect = Callable[[], Any]
-
-
-class _Track:
-    """A message with several destinations or an outcome future to resolve."""
-
-    __slots__ = ("future", "nacks", "remaining")
-
-    def __init__(self, remaining: int, future: Future[Outcome] | None) -> None:
-        self.remaining = remaining
-        self.future = future
-        self.nacks: list[Nack] = []
 
 
 class Ledger:
@@ -60,20 +48,15 @@ class Ledger:
         dead_letters: DeadLetterQueue, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._topic = topic
-        self._ack_timeout = ack_timeout
         self._max_attempts = max_attempts
         self._dead_letters = dead_letters
-        self._clock = clock
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._counters = Counters()
-        self._tracks: dict[int, _Track] = {}
+        self._tracks: dict[int, OutcomeTrack] = {}
         self._live: dict[int, HandOver] = {}
         self._handover_ids = itertools.count(1)
-        # (deadline, handover id), registered under the lock with a monotonic clock,
-        # so deadlines only grow: a FIFO is a priority queue here.
-        self._deadlines: deque[tuple[float, int]] = deque()
-        self._wake_at: float | None = None
+        self._deadlines = Deadlines(ack_timeout, clock)
         self._schedule: Callable[[float], None] = lambda when: None
         self._redeliver: Callable[[Delivery[Any]], None] = lambda delivery: None
         self.pending = 0
@@ -139,7 +122,7 @@ class Ledger:
                 tracks = self._tracks
                 for index, envelope in enumerate(envelopes):
                     future = None if futures is None else futures[index]
-                    tracks[envelope[SEQ]] = _Track(destinations, future)
+                    tracks[envelope[SEQ]] = OutcomeTrack(destinations, future)
 
     def dead_letter_unrouted(
         self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None, slotted: bool,
@@ -177,14 +160,9 @@ class Ledger:
             handover.id = hid = next(self._handover_ids)
             handover.live = True
             self._live[hid] = handover
-            if self._ack_timeout is None:
-                return True
-            handover.deadline = when = self._clock() + self._ack_timeout
-            self._deadlines.append((when, hid))
-            if self._wake_at is not None:
-                return True
-            self._wake_at = when
-        self._schedule(when)
+            wake_at = self._deadlines.add(handover)
+        if wake_at is not None:
+            self._schedule(wake_at)
         return True
 
     def settle(self, deliveries: Iterable[Delivery[Any]]) -> None:
@@ -199,23 +177,12 @@ class Ledger:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
         effects: list[Effect] = []
         with self._changed:
-            self._wake_at = None
-            now = self._clock()
             expired: list[Delivery[Any]] = []
-            deadlines, live = self._deadlines, self._live
-            while deadlines:
-                when, hid = deadlines[0]
-                handover = live.get(hid)
-                if handover is not None and when > now:
-                    break
-                deadlines.popleft()
-                if handover is not None:
-                    expired.extend(_claim_all(handover, "timeout"))
+            for handover in self._deadlines.pop_expired(self._live):
+                expired.extend(_claim_all(handover, "timeout"))
             self._apply(expired, effects)
             self._changed.notify_all()
-            if deadlines:
-                self._wake_at = deadlines[0][0]
-            wake_at = self._wake_at
+            wake_at = self._deadlines.rearm()
         _run(effects)
         if wake_at is not None:
             self._schedule(wake_at)
@@ -277,7 +244,7 @@ class Ledger:
         self.pending -= completed
         self._counters.delivered += delivered
 
-    def _fail(self, delivery: Delivery[Any], track: _Track | None, effects: list[Effect]) -> None:
+    def _fail(self, delivery: Delivery[Any], track: OutcomeTrack | None, effects: list[Effect]) -> None:
         counters = self._counters
         reason, error, timed_out = delivery._failure
         group = delivery._handover.group
@@ -309,27 +276,18 @@ class Ledger:
         if track.remaining == 0:
             self._complete(delivery._envelope[SEQ], track, effects)
 
-    def _complete(self, seq: int, track: _Track, effects: list[Effect]) -> None:
+    def _complete(self, seq: int, track: OutcomeTrack, effects: list[Effect]) -> None:
         del self._tracks[seq]
         self.pending -= 1
-        if track.nacks:
-            outcome = Outcome(acked=False, nacks=tuple(track.nacks))
-        else:
-            outcome = _ACKED_OUTCOME
+        outcome = track.outcome()
+        if outcome.acked:
             self._counters.delivered += 1
         future = track.future
         if future is not None:
             effects.append(lambda: future.set_result(outcome))
 
     def _bury(self, delivery: Delivery[Any], effects: list[Effect]) -> None:
-        envelope, handover = delivery._envelope, delivery._handover
-        reason, error, _ = delivery._failure
-        dead_letter = DeadLetter(
-            message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=self._topic,
-            subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,
-            error=error, attempts=delivery._attempt, at=time.time(), key=envelope[KEY],
-            attributes=envelope[ATTRIBUTES],
-        )
+        dead_letter = dead_letter_of(delivery, self._topic)
         self._counters.dead_lettered += 1
         callback = self._dead_letters.append(dead_letter)
         if callback is not None:

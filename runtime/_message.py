@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Message"]
+__all__ = ["Message", "new_message", "parts_of"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,3 +61,14 @@ def new_message(data: bytes, attributes: dict[str, str], ordering_key: str | Non
     _set_id(message, message_id)
     _set_time(message, publish_time)
     return message
+
+
+def parts_of(messages: list[Message]) -> tuple[list[bytes], list[dict[str, str]], list[str | None]]:
+    """The parallel lists (data, attributes, ordering key) a topic publishes a batch from.
+
+    An empty ordering key is no key.
+    """
+    return (
+        [m.data for m in messages], [m.attributes for m in messages],
+        [m.ordering_key or None for m in messages],
+    )

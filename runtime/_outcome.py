@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-__all__ = ["Nack", "Outcome", "PublishReport"]
+__all__ = ["Nack", "Outcome", "OutcomeTrack", "PublishReport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +46,26 @@ class PublishReport:
     balanced: dict[str, str] = field(default_factory=dict)
     broadcast: int = 0
     outcome: Future[Outcome] = field(default_factory=Future)
+
+
+_ACKED = Outcome(acked=True, nacks=())
+
+
+class OutcomeTrack:
+    """A message still counting down its destinations' settlements (the tracker's books).
+
+    Args:
+        remaining: destinations that have not settled yet.
+        future: resolved with the `Outcome` when the last one settles (None: nobody asked).
+    """
+
+    __slots__ = ("future", "nacks", "remaining")
+
+    def __init__(self, remaining: int, future: Future[Outcome] | None) -> None:
+        self.remaining = remaining
+        self.future = future
+        self.nacks: list[Nack] = []
+
+    def outcome(self) -> Outcome:
+        """The outcome once every destination settled: acked, or the nacks."""
+        return Outcome(acked=False, nacks=tuple(self.nacks)) if self.nacks else _ACKED

@@ -13,8 +13,8 @@ from runtime._delivery import Delivery
 from runtime._envelope import MESSAGE_ID, Envelope
 from runtime._gate import Gate
 from runtime._ledger import Ledger
-from runtime._message import Message
-from runtime._outcome import Outcome
+from runtime._message import Message, parts_of
+from runtime._outcome import Outcome, PublishReport
 from runtime._ring import Ring
 from runtime._settings import TopicSettings
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
@@ -115,12 +115,33 @@ class PublishPath:
             for data, attrs, key, seq in zip(datas, attributes, keys, seqs, strict=False)
         ]
 
+    def publish_one(
+        self, message: Any, key: str | None, attributes: dict[str, str] | None,
+        timeout: float | None,
+    ) -> PublishReport:
+        """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
+        self.check([message])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._ledger.count("published")
+        try:
+            slotted = self.admit(deadline)
+            envelope = self.envelope(message, key, dict(attributes) if attributes else {})
+            future: Future[Outcome] = Future()
+            balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
+        except (WouldBlock, TopicClosedError):
+            # Refused while waiting (nothing of it was sent): it never entered the topic.
+            self._ledger.count("published", -1)
+            raise
+        return PublishReport(envelope[MESSAGE_ID], balanced, broadcast, future)
+
     def publish_messages(self, messages: list[Message]) -> list[str]:
         """`publish_parts` for prepared `Message` objects (an empty key is no key)."""
-        return self.publish_parts(
-            [m.data for m in messages], [m.attributes for m in messages],
-            [m.ordering_key or None for m in messages],
-        )
+        return self.publish_parts(*parts_of(messages))
+
+    def refuse(self, message: Message, reason: str, error: str | None) -> None:
+        """Dead-letter a Publisher message refused on its way in, under an id of its own."""
+        envelope = self.envelopes(*parts_of([message]))[0]
+        self._ledger.dead_letter_refused(envelope, reason, error)
 
     def publish_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],

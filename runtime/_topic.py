@@ -12,11 +12,10 @@ from actors import ActorSystem, Ref
 from actors.errors import ActorError
 from runtime._dead_letters import DeadLetter, DeadLetterQueue
 from runtime._delivery import Delivery
-from runtime._envelope import MESSAGE_ID
 from runtime._ledger import Ledger
 from runtime._member import Handler
-from runtime._message import Message
-from runtime._outcome import Outcome, PublishReport
+from runtime._message import Message, parts_of
+from runtime._outcome import PublishReport
 from runtime._publishing import PublishPath
 from runtime._ring import Ring
 from runtime._settings import TopicSettings
@@ -26,7 +25,7 @@ from runtime._subscription import PullSubscription, Subscription
 from runtime._timer import Timer
 from runtime._topic_actor import PublishBatch, TopicActor
 from runtime._tracker import SWEEP, TICK, TrackerActor
-from runtime.errors import InvalidSettingsError, TopicClosedError, WouldBlock
+from runtime.errors import InvalidSettingsError, TopicClosedError
 
 if TYPE_CHECKING:
     from runtime._publisher import Publisher
@@ -122,27 +121,11 @@ class Topic(Generic[T]):
             MessageTypeError: ``message`` is not an instance of ``message_type``.
             WouldBlock: ``timeout`` passed while waiting.
         """
-        path = self._path
-        path.check([message])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self._ledger.count("published")
-        try:
-            slotted = path.admit(deadline)
-            envelope = path.envelope(message, key, dict(attributes) if attributes else {})
-            future: Future[Outcome] = Future()
-            balanced, broadcast = path.fan_out([envelope], [future], slotted, deadline)
-        except (WouldBlock, TopicClosedError):
-            # Refused while waiting (nothing of it was sent): it never entered the topic.
-            self._ledger.count("published", -1)
-            raise
-        return PublishReport(envelope[MESSAGE_ID], balanced, broadcast, future)
+        return self._path.publish_one(message, key, attributes, timeout)
 
     def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
         """`_publish_parts` for prepared `Message` objects (an empty key is no key)."""
-        return self._publish_parts(
-            [m.data for m in messages], [m.attributes for m in messages],
-            [m.ordering_key or None for m in messages],
-        )
+        return self._publish_parts(*parts_of(messages))
 
     def _publish_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
@@ -226,9 +209,7 @@ class Topic(Generic[T]):
         """Put a message refused on its way in (a Spark row flagged by its error column)
         into the dead letters with an id of its own; it counts as published and nacked."""
         self._check_open()
-        envelope = self._path.envelopes(
-            [message.data], [message.attributes], [message.ordering_key or None])[0]
-        self._ledger.dead_letter_refused(envelope, reason, error)
+        self._path.refuse(message, reason, error)
 
     def create_group(self, name: str) -> None:
         """Create balanced group ``name`` with no members yet (messages wait in it)."""
