@@ -117,6 +117,10 @@ class GroupActor(Actor):
         if len(members) < 2:  # one FIFO keeps per-key order for a single member
             self._queue.extend(envelopes)
             return
+        keyed = [e for e in envelopes if e[KEY] is not None]
+        if not keyed:
+            self._queue.extend(envelopes)
+            return
         queue, buckets = self._queue, self._buckets
         for envelope in envelopes:
             key = envelope[KEY]
