@@ -186,10 +186,15 @@ class Delivery(Generic[T]):
         Raises:
             SettlementError: already settled (also by a timeout or the topic's close).
         """
-        if self._handover.pending.pop(self._index, None) is None:
+        handover = self._handover
+        if handover.pending.pop(self._index, None) is None:
             raise SettlementError(self._envelope[MESSAGE_ID], self._state)
         self._state = ACKED
-        self._send()
+        buffer = handover.buffer  # `_send`, inlined: acks are the hot path
+        if buffer is not None and handover.owner == _get_ident():
+            buffer.append(self)
+        else:
+            handover.sink.tell(self)  # type: ignore[union-attr]  # a claimed one has a sink
 
     def nack(self, reason: str = "nack") -> None:
         """Settle as failed; ``reason`` is free text kept as the dead letter's error.

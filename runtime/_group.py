@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import count, repeat
 from typing import Any, Protocol
 
 from actors import Actor, Ref
@@ -209,7 +210,7 @@ class GroupActor(Actor):
         if queue:
             popleft = queue.popleft
             envelopes = [popleft() for _ in range(min(limit - start, len(queue)))]
-            out.extend([Delivery(e, handover, i, 1) for i, e in enumerate(envelopes, start)])
+            out.extend(map(Delivery, envelopes, repeat(handover), count(start), repeat(1)))
         if not out:
             return 0
         self._gate.release(len(out))

@@ -26,6 +26,7 @@ from actors import Actor, Ref
 from runtime._batching import Batch, Batcher, BatchSettings, Parts
 from runtime._flow_control import FlowGate
 from runtime._publisher_flush import FlushBarriers
+from runtime._publisher_future import resolve_all
 from runtime._publisher_intake import Intake
 from runtime._publisher_messages import (
     BatchDone,
@@ -231,11 +232,7 @@ class PublisherActor(Actor):
     def _settle(self, batch: Batch, ids: list[str] | None, error: BaseException | None) -> None:
         """Resolve every future of ``batch`` and release its capacity: once per batch."""
         if ids is not None:
-            for future, message_id in zip(batch.futures, ids, strict=True):
-                try:
-                    future.set_result(message_id)
-                except InvalidStateError:  # the caller cancelled it
-                    pass
+            resolve_all(batch.futures, ids)  # skips futures the caller cancelled
         else:
             assert error is not None
             for future in batch.futures:

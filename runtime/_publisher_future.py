@@ -15,11 +15,12 @@ re-check is woken under the lock; one that creates it later sees the final state
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
-__all__ = ["MessageFuture"]
+__all__ = ["MessageFuture", "resolve_all"]
 
 T = TypeVar("T")
 
@@ -65,9 +66,33 @@ class MessageFuture(Future[T]):
             return
         self._result = result
         self._state = _FINISHED
-        if _CONDITION in namespace:  # a reader arrived meanwhile: wake it under the lock
-            with self._condition:
-                for waiter in self._waiters:
-                    waiter.add_result(self)
-                self._condition.notify_all()
-            self._invoke_callbacks()  # type: ignore[attr-defined]
+        if _CONDITION in namespace:  # a reader arrived meanwhile
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the readers of a future just resolved without its lock, under the lock."""
+        with self._condition:
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            self._condition.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+
+
+def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
+    """``set_result`` for each pair, in order; a future already done (cancelled) is skipped.
+
+    The Publisher resolves a whole batch here: `MessageFuture.set_result`'s lock-free
+    path inlined, without a call per future.
+    """
+    for future, result in zip(futures, results, strict=True):
+        namespace = future.__dict__
+        if isinstance(future, MessageFuture) and not (
+            _CONDITION in namespace or "_state" in namespace
+        ):
+            namespace["_result"] = result
+            namespace["_state"] = _FINISHED
+            if _CONDITION in namespace:  # a reader arrived meanwhile
+                future._wake()
+            continue
+        with contextlib.suppress(InvalidStateError):
+            future.set_result(result)

@@ -15,7 +15,7 @@ from concurrent.futures import (
 
 import pytest
 
-from runtime._publisher_future import MessageFuture
+from runtime._publisher_future import MessageFuture, resolve_all
 
 
 def resolve_later(future: Future[str], value: str, started: threading.Event) -> threading.Thread:
@@ -132,3 +132,33 @@ def test_many_racing_waiters_are_all_woken() -> None:
         waiter.join(timeout=5.0)
 
         assert results == [7]
+
+
+def test_resolve_all_resolves_in_order_and_skips_cancelled_futures() -> None:
+    futures: list[Future[str]] = [MessageFuture() for _ in range(4)]
+    assert futures[1].cancel()
+    seen: list[str] = []
+    futures[2].add_done_callback(lambda done: seen.append(done.result()))
+    plain: Future[str] = Future()
+
+    resolve_all([*futures, plain], ["a", "b", "c", "d", "e"])
+
+    assert [f.result(timeout=0) for f in (futures[0], futures[2], futures[3], plain)] == [
+        "a", "c", "d", "e"]
+    assert futures[1].cancelled()
+    assert seen == ["c"]
+
+
+def test_resolve_all_wakes_a_caller_blocked_in_result() -> None:
+    future: MessageFuture[str] = MessageFuture()
+    results: list[str] = []
+    waiting = threading.Thread(target=lambda: results.append(future.result(timeout=10)))
+    waiting.start()
+    done, _ = wait([future], timeout=0)  # builds the condition, as a blocked caller does
+    assert not done
+
+    resolve_all([future], ["id-7"])
+    waiting.join(10)
+
+    assert results == ["id-7"]
+    assert not waiting.is_alive()
