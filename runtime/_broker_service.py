@@ -207,11 +207,9 @@ class BrokerService:
     def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
         batch: list[Message] = []
         for rows in staged:
-            for message, error in rows.messages():
-                if error is None:
-                    batch.append(message)
-                else:
-                    dead_letter(topic, message, error)
+            batch += rows.messages
+            for message, error in rows.rejected:
+                dead_letter(topic, message, error)
         self._publish_messages(topic, batch)
 
     def _publish_messages(self, topic: Any, messages: list[Message]) -> list[str]:
