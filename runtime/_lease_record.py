@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
+from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME, Envelope
 from runtime._message import Message
 
 __all__ = ["COLUMNS", "LeaseRecord", "LeasedDelivery", "PayloadError", "encode_payload", "record_of"]
@@ -85,6 +86,9 @@ def record_of(delivery: LeasedDelivery, clock: Callable[[], float] = time.time) 
     Raises:
         PayloadError: the message cannot be encoded.
     """
+    envelope = getattr(delivery, "_envelope", None)
+    if envelope is not None and envelope[STAMP_TIME] is not None:
+        return _stamped_record(envelope, envelope[STAMP_TIME], delivery.attempt)
     message = delivery.message
     if type(message) is Message:  # the broker's and the sink's messages: no encoding
         data = message.data
@@ -99,6 +103,24 @@ def record_of(delivery: LeasedDelivery, clock: Callable[[], float] = time.time) 
     return LeaseRecord(
         delivery.message_id, delivery.key or None, encode_payload(message),
         _text_map(delivery.attributes), clock(), delivery.attempt,
+    )
+
+
+def _stamped_record(envelope: Envelope, published_at: float, attempt: int) -> LeaseRecord:
+    """The row of a topic delivery of a stamped `Message`, read off its envelope.
+
+    ``Delivery.message`` would build the stamped copy of the message (id and publish
+    time set) only for its data to be read here; the envelope holds all of it.
+    """
+    message: Message = envelope[PAYLOAD]
+    data = message.data
+    return LeaseRecord(
+        envelope[MESSAGE_ID],
+        envelope[KEY] or message.ordering_key or None,
+        data if type(data) is bytes else bytes(data),
+        _text_map(envelope[ATTRIBUTES] or message.attributes),
+        published_at,
+        attempt,
     )
 
 
