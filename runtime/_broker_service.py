@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from runtime._broker_settle import ack_in_bulk
 from runtime._lease_log import LeaseLog
-from runtime._lease_record import LeasedDelivery
+from runtime._lease_record import COLUMNS, LeasedDelivery
 from runtime._message import Message
 from runtime._staged_rows import StagedRows
 from runtime._staging import StagingArea
@@ -128,14 +129,8 @@ class BrokerService:
     ) -> dict[str, list[Any]]:
         """The records of ``[start, end)`` as columns (the same on every call)."""
         records = self._lease(name, group, consumer, lease_seconds).fetch(start, end)
-        return {
-            "message_id": [r.message_id for r in records],
-            "key": [r.key for r in records],
-            "payload": [r.payload for r in records],
-            "attributes": [r.attributes for r in records],
-            "published_at": [r.published_at for r in records],
-            "attempt": [r.attempt for r in records],
-        }
+        columns = zip(*records, strict=True) if records else ((),) * len(COLUMNS)
+        return {column: list(values) for column, values in zip(COLUMNS, columns, strict=True)}
 
     def lease_ack(self, name: str, group: str, consumer: str, lease_seconds: float, offset: int) -> int:
         """Cumulative ack below ``offset``; returns the position."""
@@ -203,6 +198,7 @@ class BrokerService:
                     subscribe=lambda: join_group(topic, group),
                     reject=_reject_delivery,
                     lease_seconds=float(lease_seconds),
+                    ack_many=ack_in_bulk,
                     clock=self._clock,
                 )
                 self._leases[key] = log
@@ -211,11 +207,9 @@ class BrokerService:
     def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
         batch: list[Message] = []
         for rows in staged:
-            for message, error in rows.messages():
-                if error is None:
-                    batch.append(message)
-                else:
-                    dead_letter(topic, message, error)
+            batch += rows.messages
+            for message, error in rows.rejected:
+                dead_letter(topic, message, error)
         self._publish_messages(topic, batch)
 
     def _publish_messages(self, topic: Any, messages: list[Message]) -> list[str]:

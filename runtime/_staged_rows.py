@@ -4,15 +4,19 @@ A write task sends one `columns` dict per part: ``payload`` (bytes or str, requi
 and optionally ``key``, ``attributes`` and ``error`` lists of the same length. A row
 with an error text goes to the topic's dead letters (reason ``error``) instead of
 being published.
+
+The rows become `Message` objects when they are staged, not when they are committed:
+staging runs while Spark's tasks still run, the commit is on the query's critical
+path and then only hands the prepared messages to the topic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime._message import Message
+from runtime._message import Message, new_message
 
 __all__ = ["StagedRows"]
 
@@ -21,16 +25,17 @@ _COLUMNS = ("payload", "key", "attributes", "error")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StagedRows:
-    """One staged part: validated columns of equal length."""
+    """One staged part: the messages to publish and the rows to dead-letter.
 
-    payloads: Sequence[bytes]
-    keys: Sequence[str | None] | None = None
-    attributes: Sequence[Mapping[str, str] | None] | None = None
-    errors: Sequence[str | None] | None = None
+    ``rejected`` pairs a row's message with its error text, in row order.
+    """
+
+    messages: list[Message]
+    rejected: list[tuple[Message, str]]
 
     @classmethod
     def from_columns(cls, columns: Mapping[str, Any]) -> StagedRows:
-        """Validate a wire ``columns`` dict.
+        """Validate a wire ``columns`` dict and build its messages.
 
         Raises:
             ValueError: unknown or missing columns, lengths differ, a payload that is
@@ -39,29 +44,54 @@ class StagedRows:
         unknown = set(columns) - set(_COLUMNS)
         if unknown or "payload" not in columns:
             raise ValueError(f"staged columns must be {_COLUMNS} with a payload, got {sorted(columns)}")
-        payloads = [_as_bytes(p) for p in columns["payload"]]
-        optional = {name: columns.get(name) for name in _COLUMNS[1:]}
-        for name, values in optional.items():
-            if values is not None and len(values) != len(payloads):
-                raise ValueError(f"column {name!r} has {len(values)} rows, payload {len(payloads)}")
-        return cls(payloads=payloads, keys=optional["key"], attributes=optional["attributes"],
-                   errors=optional["error"])
+        payloads = _payloads(columns["payload"])
+        keys, attributes, errors = (_column(columns, name, len(payloads)) for name in _COLUMNS[1:])
+        messages = _messages(payloads, keys, attributes)
+        if not errors:
+            return cls(messages=messages, rejected=[])
+        failed = {i for i, error in enumerate(errors) if error is not None}
+        return cls(
+            messages=[m for i, m in enumerate(messages) if i not in failed],
+            rejected=[(messages[i], str(errors[i])) for i in sorted(failed)],
+        )
 
     def __len__(self) -> int:
-        return len(self.payloads)
+        return len(self.messages) + len(self.rejected)
 
-    def messages(self) -> Iterator[tuple[Message, str | None]]:
-        """Each row as a `Message` with its error text (None: publish it)."""
-        for index, payload in enumerate(self.payloads):
-            key = self.keys[index] if self.keys is not None else None
-            attributes = self.attributes[index] if self.attributes is not None else None
-            error = self.errors[index] if self.errors is not None else None
-            message = Message(
-                data=payload,
-                attributes={str(k): str(v) for k, v in (attributes or {}).items()},
-                ordering_key=key or None,
-            )
-            yield message, (str(error) if error is not None else None)
+
+def _messages(
+    payloads: list[bytes], keys: Sequence[str | None], attributes: Sequence[Any]
+) -> list[Message]:
+    if not keys and not attributes:
+        return [new_message(payload, {}, None) for payload in payloads]
+    rows = len(payloads)
+    return [
+        new_message(payload, _text_map(pairs), key or None)
+        for payload, key, pairs in zip(payloads, keys or [None] * rows,
+                                       attributes or [None] * rows, strict=True)
+    ]
+
+
+def _payloads(values: Sequence[object]) -> list[bytes]:
+    if all(type(value) is bytes for value in values):
+        return list(values)  # type: ignore[arg-type]  # checked just above
+    return [_as_bytes(value) for value in values]
+
+
+def _column(columns: Mapping[str, Any], name: str, rows: int) -> Sequence[Any]:
+    """Column ``name``, or an empty tuple when absent or entirely null."""
+    values = columns.get(name)
+    if values is None:
+        return ()
+    if len(values) != rows:
+        raise ValueError(f"column {name!r} has {len(values)} rows, payload {rows}")
+    return values if any(value is not None for value in values) else ()
+
+
+def _text_map(attributes: Mapping[Any, Any] | None) -> dict[str, str]:
+    if not attributes:
+        return {}
+    return {str(k): str(v) for k, v in attributes.items()}
 
 
 def _as_bytes(payload: object) -> bytes:

@@ -251,3 +251,18 @@ def test_payload_encoding(message: object, expected: bytes) -> None:
 def test_payload_encoding_refuses_non_json() -> None:
     with pytest.raises(PayloadError):
         encode_payload({1, 2})
+
+
+def test_ack_hands_the_acked_range_to_ack_many_at_once(group: FakeGroup, clock: FakeClock) -> None:
+    deliveries = group.publish(*[b"x"] * 5)
+    calls: list[list[str]] = []
+    log = LeaseLog(subscribe=group.subscribe, reject=group.reject, lease_seconds=10.0,
+                   ack_many=lambda done: calls.append([d.message_id for d in done]), clock=clock)
+    log.latest(0, 5)
+
+    log.ack(3)
+    log.ack(3)
+    log.ack(5)
+
+    assert calls == [["m0", "m1", "m2"], ["m3", "m4"]]
+    assert [d.state for d in deliveries] == ["pending"] * 5  # ack_many decides how to settle

@@ -63,17 +63,31 @@ def check_sink_schema(schema: StructType, error_column: str | None) -> None:
 
 
 def sink_columns(batch: pa.RecordBatch, error_column: str | None) -> dict[str, list[Any]]:
-    """The staged columns of one sink batch: payload, and key/attributes/error if present."""
+    """The staged columns of one sink batch: payload, and key/attributes/error if present.
+
+    A key, attributes or error column without a single value (all null, or only empty
+    maps) is left out: it stages exactly like an absent one, without a Python object
+    per row.
+    """
     names = set(batch.schema.names)
     columns: dict[str, list[Any]] = {"payload": batch.column("payload").to_pylist()}
-    if "key" in names:
+    if "key" in names and _has_values(batch.column("key")):
         columns["key"] = batch.column("key").to_pylist()
-    if "attributes" in names:
+    if "attributes" in names and _has_values(batch.column("attributes")):
         columns["attributes"] = [
             None if pairs is None else {str(k): str(v) for k, v in pairs}
             for pairs in batch.column("attributes").to_pylist()
         ]
-    if error_column is not None:
+    if error_column is not None and _has_values(batch.column(error_column)):
         errors = batch.column(error_column).to_pylist()
         columns["error"] = [None if e is None else str(e) for e in errors]
     return columns
+
+
+def _has_values(column: pa.Array) -> bool:
+    if column.null_count == len(column):
+        return False
+    if isinstance(column, pa.MapArray):  # offsets are relative to a slice's own rows
+        offsets = column.offsets
+        return bool(offsets[len(column)].as_py() - offsets[0].as_py())
+    return True

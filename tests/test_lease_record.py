@@ -1,0 +1,52 @@
+"""Lease records: the row a leased delivery becomes, for each kind of message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime import Bus, Message
+from runtime._lease_record import COLUMNS, LeaseRecord, record_of
+
+
+def received(topic: Any, count: int) -> list[Any]:
+    member = topic.subscription(group="spark", prefetch=16)
+    deliveries: list[Any] = []
+    while len(deliveries) < count:
+        deliveries += member.receive_many(count - len(deliveries), timeout=5)
+    return deliveries
+
+
+def test_a_publisher_message_becomes_the_row_of_its_stamped_copy() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("orders", ack_timeout=None)
+        topic.create_group("spark")
+        topic._publish_batch([
+            Message(data=b"a", attributes={"x": "1"}, ordering_key="k"),
+            Message(data=bytearray(b"b")),
+        ]).result(timeout=5)
+        deliveries = sorted(received(topic, 2), key=lambda d: d.message_id)
+
+        records = [record_of(d, clock=lambda: -1.0) for d in deliveries]
+
+        stamped = [d.message for d in deliveries]
+        assert records == [
+            LeaseRecord(m.message_id, m.ordering_key, bytes(m.data), m.attributes, m.publish_time, 1)
+            for m in stamped
+        ]
+        assert records[0].key == "k" and records[1].key is None
+        assert type(records[1].payload) is bytes and records[0].published_at > 0
+
+
+def test_plain_objects_are_encoded_and_stamped_now() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("orders", ack_timeout=None)
+        topic.create_group("spark")
+        topic.publish("text", key="k", attributes={"n": "2"})
+        topic.publish({"a": 1})
+        deliveries = sorted(received(topic, 2), key=lambda d: d.message_id)
+
+        records = [record_of(d, clock=lambda: 42.0) for d in deliveries]
+
+    assert [(r.payload, r.key, r.attributes, r.published_at) for r in records] == [
+        (b"text", "k", {"n": "2"}, 42.0), (b'{"a":1}', None, {}, 42.0)]
+    assert COLUMNS == ("message_id", "key", "payload", "attributes", "published_at", "attempt")

@@ -1,0 +1,42 @@
+"""Staged rows: columns become messages at stage time; error rows are set aside."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime._staged_rows import StagedRows
+
+
+def test_columns_become_messages_in_row_order() -> None:
+    rows = StagedRows.from_columns({
+        "payload": [b"a", "b", bytearray(b"c")],
+        "key": ["k", None, ""],
+        "attributes": [{"x": 1}, None, {}],
+    })
+
+    assert [m.data for m in rows.messages] == [b"a", b"b", b"c"]
+    assert [m.ordering_key for m in rows.messages] == ["k", None, None]
+    assert [m.attributes for m in rows.messages] == [{"x": "1"}, {}, {}]
+    assert rows.rejected == [] and len(rows) == 3
+
+
+def test_rows_with_an_error_are_rejected_with_their_text() -> None:
+    rows = StagedRows.from_columns({
+        "payload": [b"a", b"bad", b"c", b"worse"],
+        "error": [None, "poison", None, 7],
+    })
+
+    assert [m.data for m in rows.messages] == [b"a", b"c"]
+    assert [(m.data, error) for m, error in rows.rejected] == [(b"bad", "poison"), (b"worse", "7")]
+    assert len(rows) == 4
+
+
+@pytest.mark.parametrize("columns", [
+    {"payload": [b"a"], "key": ["k", "l"]},
+    {"payload": [1]},
+    {"key": ["k"]},
+    {"payload": [b"a"], "other": [1]},
+])
+def test_bad_columns_are_refused(columns: dict[str, list[object]]) -> None:
+    with pytest.raises(ValueError):
+        StagedRows.from_columns(columns)
