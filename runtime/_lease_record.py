@@ -107,18 +107,17 @@ def record_of(delivery: LeasedDelivery, clock: Callable[[], float] = time.time) 
 
 
 def _stamped_record(envelope: Envelope, published_at: float, attempt: int) -> LeaseRecord:
-    """The row of a topic delivery of a stamped `Message`, read off its envelope.
+    """The row of a topic delivery of a Publisher `Message`, read off its envelope.
 
-    ``Delivery.message`` would build the stamped copy of the message (id and publish
-    time set) only for its data to be read here; the envelope holds all of it.
+    ``Delivery.message`` would build the stamped `Message` only for its data to be read
+    here; the envelope holds its data, key, attributes, id and publish time.
     """
-    message: Message = envelope[PAYLOAD]
-    data = message.data
+    data = envelope[PAYLOAD]
     return LeaseRecord(
         envelope[MESSAGE_ID],
-        envelope[KEY] or message.ordering_key or None,
+        envelope[KEY],
         data if type(data) is bytes else bytes(data),
-        _text_map(envelope[ATTRIBUTES] or message.attributes),
+        _text_map(envelope[ATTRIBUTES]),
         published_at,
         attempt,
     )
