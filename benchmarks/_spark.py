@@ -1,13 +1,15 @@
 """Rows per second through the Spark bridge on ``local[2]`` (``spark_source``, ``spark_sink``).
 
 The measurement belongs to the bridge: ``runtime.spark._throughput.measure_spark_throughput``
-runs topic -> Spark source -> Spark sink -> topic (``availableNow``, 100-byte payloads).
+times, with 100-byte payloads, the source alone (topic -> source -> ``noop``), the sink
+alone (a cached DataFrame -> sink -> topic) and the pipeline (topic -> source -> sink ->
+topic), each from the call that starts Spark's work to its end, query start-up included.
 It runs once per suite run in a fresh interpreter with a timeout (Spark's JVM and its
-Python workers then end with it), and both rows read from that one run. While the
-measurement reports only the pipeline's combined rate, both rows show it: each side is
-at least that fast. Separate ``source_rows_per_second`` / ``sink_rows_per_second``
-figures are used as soon as the measurement provides them. The target is the issue's
-floor of 100,000 rows/s (``ratio = rows/s / 100,000``).
+Python workers then end with it); every row reads from that one run. A million rows at
+full size: a streaming query's start-up (about 1.7 s here, mostly Spark launching a
+Python runner) is a fixed cost that a short run would mostly measure. The target is the
+issue's floor of 100,000 rows/s (``ratio = rows/s / 100,000``); the pipeline row
+(``spark_source/pipeline``) is reported against the same floor without a target.
 
 Skipped, with the reason, when pyspark or Java is missing or the measurement does not
 exist yet -- never a made-up figure.
@@ -103,7 +105,7 @@ class SparkRun:
         if reason is not None:
             raise Skip(reason)
         if profile.name not in self._outcomes:
-            rows = profile.count(200_000, minimum=1_000)
+            rows = profile.count(1_000_000, minimum=1_000)
             try:
                 self._outcomes[profile.name] = _measure_in_child(rows, _TIMEOUTS[profile.name])
             except (Skip, RuntimeError) as exc:
@@ -113,28 +115,39 @@ class SparkRun:
             raise outcome
         return outcome
 
-    def source(self, profile: Profile) -> Comparison:
-        """Rows per second read by the Spark source next to the floor."""
-        return self._row(profile, "source_rows_per_second")
+    def source(self, profile: Profile) -> tuple[Comparison, ...]:
+        """Rows per second read by the Spark source next to the floor, and the pipeline's."""
+        return (
+            self._row(profile, "source_"),
+            Comparison(suffix="pipeline", baseline=_PIPELINE_LABEL, target=None,
+                       value=self._row(profile, "").value,
+                       baseline_value=FLOOR_ROWS_PER_SECOND),
+        )
 
     def sink(self, profile: Profile) -> Comparison:
         """Rows per second written by the Spark sink next to the floor."""
-        return self._row(profile, "sink_rows_per_second")
+        return self._row(profile, "sink_")
 
-    def _row(self, profile: Profile, key: str) -> Comparison:
+    def _row(self, profile: Profile, prefix: str) -> Comparison:
+        """The rate of the run whose figures start with ``prefix`` ("" for the pipeline).
+
+        Raises:
+            RuntimeError: that run lost rows (or the measurement has no such figures).
+        """
         figures = self.figures(profile)
-        if figures.get("rows_out", figures.get("rows")) != figures.get("rows"):
-            raise RuntimeError(f"Spark moved {figures.get('rows_out')} of {figures.get('rows')} rows")
-        rate = float(figures.get(key, figures["rows_per_second"]))
-        return Comparison(value=rate, baseline_value=FLOOR_ROWS_PER_SECOND)
+        rows, moved = figures.get(f"{prefix}rows"), figures.get(f"{prefix}rows_out")
+        if rows is None or moved != rows:
+            raise RuntimeError(f"Spark ({prefix or 'pipeline'}) moved {moved} of {rows} rows")
+        return Comparison(value=float(figures[f"{prefix}rows_per_second"]),
+                          baseline_value=FLOOR_ROWS_PER_SECOND)
 
 
 _RUN = SparkRun()
-_LABEL = "floor 100k rows/s; {}local[2], topic->source->sink->topic"
+_PIPELINE_LABEL = "floor 100k rows/s; local[2], topic->source->sink->topic"
 
 SCENARIOS = (
-    Scenario(name="spark_source", unit="rows/s", baseline=_LABEL.format(""), target=1.0,
-             measure=_RUN.source),
-    Scenario(name="spark_sink", unit="rows/s", baseline=_LABEL.format("same run, "),
-             target=1.0, measure=_RUN.sink),
+    Scenario(name="spark_source", unit="rows/s", target=1.0, measure=_RUN.source,
+             baseline="floor 100k rows/s; local[2], topic->source->noop, start-up incl."),
+    Scenario(name="spark_sink", unit="rows/s", target=1.0, measure=_RUN.sink,
+             baseline="floor 100k rows/s; local[2], DataFrame->sink->topic, start-up incl."),
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_support import authkey, needs_spark, options, spark_session
+from spark_support import KEY_ENV, authkey, needs_spark, options, spark_session
 
 from runtime import Bus, Message
 from runtime._broker_client import Channel
@@ -258,3 +258,15 @@ def test_error_column_routes_rows_to_dead_letters(
     assert sorted(m.data for m in drain(topic)) == [b"ok-1", b"ok-2"]
     letters = list(topic.dead_letters)
     assert [(dl.reason, dl.error, dl.message.data) for dl in letters] == [("error", "unparseable", b"bad")]
+
+
+def test_the_throughput_measurement_moves_every_row_of_each_run(spark: Any) -> None:
+    from runtime.spark._throughput import measure_spark_throughput
+
+    figures = measure_spark_throughput(3000, authkey_env=KEY_ENV)
+
+    for prefix in ("source_", "sink_", ""):
+        assert figures[f"{prefix}rows"] == figures[f"{prefix}rows_out"] == 3000, prefix
+        assert figures[f"{prefix}rows_per_second"] == pytest.approx(
+            3000 / figures[f"{prefix}seconds"], rel=0.01, abs=1), prefix
+    assert 0 < figures["latency_seconds_median"] <= figures["latency_seconds_max"]

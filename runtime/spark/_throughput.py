@@ -1,7 +1,13 @@
-"""Measures the bridge: rows/s topic -> Spark source -> Spark sink -> topic, and latency.
+"""Measures the bridge on ``local[2]`` with 100-byte payloads: rows/s and latency.
 
-`measure_spark_throughput` runs on ``local[2]`` (or the active session) with 100-byte
-payloads and Arrow on both sides; the benchmarks call it.
+`measure_spark_throughput` times three runs, each from the call that starts Spark's work
+to its end (query start-up included), after a small warm-up query:
+
+- the source alone: topic -> ``actorbus`` source -> Spark's ``noop`` sink (``availableNow``);
+- the sink alone: a cached ``DataFrame`` -> ``actorbus`` batch sink -> topic;
+- the pipeline: topic -> source -> streaming sink -> topic (``availableNow``).
+
+The benchmarks call it.
 """
 
 from __future__ import annotations
@@ -30,23 +36,22 @@ def _session(master: str, workdir: Path) -> Any:
     return local_session(master, "actorbus-bench", workdir)
 
 
-def _options(address: tuple[str, int], **extra: object) -> dict[str, str]:
-    base = {"address": f"{address[0]}:{address[1]}", "authkey_env": _KEY_ENV}
-    return base | {k: str(v) for k, v in extra.items()}
+def _options(broker: dict[str, str], **extra: object) -> dict[str, str]:
+    """``format("actorbus")`` options: the broker's (address, authkey_env) and ``extra``."""
+    return broker | {k: str(v) for k, v in extra.items()}
 
 
-def _start(spark: Any, address: tuple[str, int], source: str, sink: str, checkpoint: Path,
+def _start(spark: Any, broker: dict[str, str], source: str, sink: str, checkpoint: Path,
            available_now: bool, batch: int) -> Any:
     frame = spark.readStream.format("actorbus").options(
-        **_options(address, topic=source, group="spark", max_messages_per_batch=batch)).load()
+        **_options(broker, topic=source, group="spark", max_messages_per_batch=batch)).load()
     writer = (frame.select("payload", "key", "attributes").writeStream.format("actorbus")
-              .options(**_options(address, topic=sink)).option("checkpointLocation", str(checkpoint)))
+              .options(**_options(broker, topic=sink)).option("checkpointLocation", str(checkpoint)))
     return writer.trigger(availableNow=True).start() if available_now else writer.start()
 
 
-def _throughput(
-    spark: Any, bus: Any, address: tuple[str, int], rows: int, workdir: Path, name: str
-) -> dict[str, Any]:
+def _topics(bus: Any, name: str, rows: int) -> tuple[Any, Any]:
+    """Topic ``<name>-in`` holding ``rows`` messages for group ``spark``, and ``<name>-out``."""
     source = bus.create_topic(f"{name}-in", ack_timeout=None, balanced_capacity=rows + 1)
     source.create_group("spark")
     sink = bus.create_topic(f"{name}-out", ack_timeout=None, balanced_capacity=rows + 1)
@@ -54,27 +59,76 @@ def _throughput(
     for start in range(0, rows, 10_000):
         count = min(10_000, rows - start)
         source._publish_batch([Message(data=_PAYLOAD)] * count).result(timeout=60)
+    return source, sink
+
+
+def _rate(rows: int, moved: int, seconds: float) -> dict[str, Any]:
+    return {"rows": rows, "rows_out": moved, "seconds": round(seconds, 3),
+            "rows_per_second": round(moved / seconds) if seconds else 0}
+
+
+def _throughput(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path, name: str
+) -> dict[str, Any]:
+    """The pipeline: topic -> source -> streaming sink -> topic."""
+    source, sink = _topics(bus, name, rows)
     began = time.perf_counter()
-    query = _start(spark, address, source.name, sink.name, workdir / name, True,
+    query = _start(spark, broker, source.name, sink.name, workdir / name, True,
                    batch=max(rows // 2, 1))
     try:
         query.awaitTermination(_TIMEOUT)
     finally:
         query.stop()
+    return _rate(rows, sink.stats().published, time.perf_counter() - began)
+
+
+def _source_only(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path,
+) -> dict[str, Any]:
+    """The source: topic -> source -> ``noop`` (every row read, then acked on commit)."""
+    source, _ = _topics(bus, "source", rows)
+    began = time.perf_counter()
+    query = (spark.readStream.format("actorbus")
+             .options(**_options(broker, topic=source.name, group="spark",
+                                 max_messages_per_batch=max(rows // 2, 1))).load()
+             .writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", str(workdir / "source")).start())
+    try:
+        query.awaitTermination(_TIMEOUT)
+    finally:
+        query.stop()
     seconds = time.perf_counter() - began
-    out = sink.stats().published
-    return {"rows": rows, "rows_out": out, "seconds": round(seconds, 3),
-            "rows_per_second": round(out / seconds) if seconds else 0.0}
+    return _rate(rows, source.stats().delivered, seconds)
+
+
+def _sink_only(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int,
+) -> dict[str, Any]:
+    """The sink: a cached ``DataFrame`` of ``rows`` payloads -> batch sink -> topic."""
+    from pyspark.sql import functions
+
+    sink = bus.create_topic("sink-out", ack_timeout=None, balanced_capacity=rows + 1)
+    sink.create_group("sink")
+    frame = spark.range(rows, numPartitions=2).select(
+        functions.lit(_PAYLOAD).alias("payload")).cache()
+    if frame.count() != rows:  # materialises the cache outside the timed part
+        raise RuntimeError("the cached frame lost rows")
+    began = time.perf_counter()
+    frame.write.format("actorbus").options(**_options(broker, topic=sink.name)).mode(
+        "append").save()
+    seconds = time.perf_counter() - began
+    frame.unpersist()
+    return _rate(rows, sink.stats().published, seconds)
 
 
 def _latency(
-    spark: Any, bus: Any, address: tuple[str, int], workdir: Path, samples: int = 5
+    spark: Any, bus: Any, broker: dict[str, str], workdir: Path, samples: int = 5
 ) -> dict[str, Any]:
     source = bus.create_topic("latency-in", ack_timeout=None)
     source.create_group("spark")
     sink = bus.create_topic("latency-out", ack_timeout=None)
     reader = sink.subscription(group="sink")
-    query = _start(spark, address, "latency-in", "latency-out", workdir / "latency", False, batch=100)
+    query = _start(spark, broker, "latency-in", "latency-out", workdir / "latency", False, batch=100)
     timings = []
     try:
         for index in range(samples + 1):  # the first one warms the query up
@@ -90,31 +144,44 @@ def _latency(
             "latency_seconds_max": round(max(timings), 3), "latency_samples": samples}
 
 
-def measure_spark_throughput(rows: int, *, master: str = "local[2]") -> dict[str, Any]:
-    """Rows/s through topic -> Spark source -> Spark sink -> topic, and one message's latency.
+def measure_spark_throughput(
+    rows: int, *, master: str = "local[2]", authkey_env: str = _KEY_ENV,
+) -> dict[str, Any]:
+    """Rows/s of the source, the sink and the pipeline, and one message's latency.
 
-    Starts (or reuses) a SparkSession on ``master`` and a `Bus` served on loopback.
+    Starts (or reuses) a SparkSession on ``master`` and a `Bus` served on loopback with
+    the authkey in environment variable ``authkey_env`` (set to a random key if unset;
+    Spark's Python workers must see it, so with a session that is already running it
+    must have been set before the session started).
     Blocks for the whole run (about a minute for a million rows on 2 cores).
 
     Returns:
-        ``rows``, ``rows_out``, ``seconds``, ``rows_per_second`` (availableNow run, batches
-        of rows/2, 100-byte payloads, Arrow on both sides) and ``latency_seconds_median`` /
-        ``latency_seconds_max`` (publish -> arrives in the output topic, default trigger).
+        ``source_rows_per_second``, ``sink_rows_per_second`` and (the pipeline)
+        ``rows_per_second`` with ``rows``, ``rows_out`` and ``seconds`` for each
+        (``source_`` / ``sink_`` prefixed for the first two), and
+        ``latency_seconds_median`` / ``latency_seconds_max`` (publish -> arrives in the
+        output topic, default trigger).
     """
     from runtime import Bus
     from runtime._server import serve
     from runtime.spark import register
 
-    os.environ.setdefault(_KEY_ENV, secrets.token_hex(16))
+    os.environ.setdefault(authkey_env, secrets.token_hex(16))
     with tempfile.TemporaryDirectory(prefix="actorbus-bench-") as directory:
         workdir = Path(directory)
         spark = _session(master, workdir)
         register(spark)
-        with Bus() as bus, serve(bus, authkey=os.environ[_KEY_ENV].encode()) as server:
+        with Bus() as bus, serve(bus, authkey=os.environ[authkey_env].encode()) as server:
+            host, port = server.address
+            broker = {"address": f"{host}:{port}", "authkey_env": authkey_env}
             # The first query of a session pays for Python worker start-up: a small one first.
-            _throughput(spark, bus, server.address, 1000, workdir, "warmup")
-            result = _throughput(spark, bus, server.address, rows, workdir, "bench")
-            result |= _latency(spark, bus, server.address, workdir)
+            _throughput(spark, bus, broker, 1000, workdir, "warmup")
+            source = _source_only(spark, bus, broker, rows, workdir)
+            sink = _sink_only(spark, bus, broker, rows)
+            result = _throughput(spark, bus, broker, rows, workdir, "bench")
+            result |= {f"source_{k}": v for k, v in source.items()}
+            result |= {f"sink_{k}": v for k, v in sink.items()}
+            result |= _latency(spark, bus, broker, workdir)
     return result
 
 
