@@ -10,7 +10,10 @@ without it when nothing does. Every other behaviour is `Future`'s own.
 Why the lock-free resolve is safe: every reader of the state takes the condition, and
 the resolver re-checks for a condition after writing the state (CPython's GIL orders
 these plain attribute accesses). A reader that created the condition before that
-re-check is woken under the lock; one that creates it later sees the final state.
+re-check is woken under the lock; one that creates it later sees the final state. The
+state is written with ``dict.setdefault`` (atomic): a ``cancel`` that wrote its state
+first wins, and one that read PENDING just before the resolver wrote leaves CANCELLED
+behind, which the wake-up sees under the lock, so callbacks run once either way.
 """
 
 from __future__ import annotations
@@ -61,21 +64,30 @@ class MessageFuture(Future[T]):
             InvalidStateError: the future is already done or cancelled.
         """
         namespace = self.__dict__
-        if _CONDITION in namespace or self._state != _PENDING:
+        if _CONDITION in namespace or "_state" in namespace:
             super().set_result(result)
             return
-        self._result = result
-        self._state = _FINISHED
-        if _CONDITION in namespace:  # a reader arrived meanwhile
-            self._wake()
+        _resolve_unlocked(self, namespace, result)
 
     def _wake(self) -> None:
-        """Wake the readers of a future just resolved without its lock, under the lock."""
+        """Wake the readers of a future resolved without its lock, under the lock;
+        nothing when a racing ``cancel`` overwrote the state meanwhile."""
         with self._condition:
+            if self._state != _FINISHED:
+                return
             for waiter in self._waiters:
                 waiter.add_result(self)
             self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
+
+
+def _resolve_unlocked(future: MessageFuture[Any], namespace: dict[str, Any], result: Any) -> None:
+    """Resolve a future that had no condition and no state of its own a moment ago."""
+    namespace["_result"] = result
+    if namespace.setdefault("_state", _FINISHED) is not _FINISHED:
+        return  # a cancel got there first: it settled the future
+    if _CONDITION in namespace:  # a reader arrived meanwhile
+        future._wake()
 
 
 def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
@@ -89,10 +101,7 @@ def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
         if isinstance(future, MessageFuture) and not (
             _CONDITION in namespace or "_state" in namespace
         ):
-            namespace["_result"] = result
-            namespace["_state"] = _FINISHED
-            if _CONDITION in namespace:  # a reader arrived meanwhile
-                future._wake()
+            _resolve_unlocked(future, namespace, result)
             continue
         with contextlib.suppress(InvalidStateError):
             future.set_result(result)

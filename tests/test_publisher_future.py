@@ -15,7 +15,7 @@ from concurrent.futures import (
 
 import pytest
 
-from runtime._publisher_future import MessageFuture, resolve_all
+from runtime._publisher_future import MessageFuture, _resolve_unlocked, resolve_all
 
 
 def resolve_later(future: Future[str], value: str, started: threading.Event) -> threading.Thread:
@@ -162,3 +162,16 @@ def test_resolve_all_wakes_a_caller_blocked_in_result() -> None:
 
     assert results == ["id-7"]
     assert not waiting.is_alive()
+
+
+def test_a_cancel_that_wins_the_race_with_a_lock_free_resolve_settles_it_once() -> None:
+    future: MessageFuture[str] = MessageFuture()
+    calls: list[bool] = []
+    future.add_done_callback(lambda done: calls.append(done.cancelled()))
+    assert future.cancel()  # as if it ran between the resolver's check and its write
+
+    _resolve_unlocked(future, future.__dict__, "id-1")  # the resolver's write comes late
+    future._wake()  # and so does its wake-up
+
+    assert future.cancelled()
+    assert calls == [True]
