@@ -100,6 +100,17 @@ class Batch:
         """The messages, in publish order (built on each call: read it once, to send)."""
         return list(map(new_message, self.datas, self.attributes, self.keys))
 
+    def extend(
+        self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None], futures: list[Future[str]],
+    ) -> None:
+        """Append ``part`` of the parallel lists (``size`` bytes in all)."""
+        self.datas += datas[part]
+        self.attributes += attributes[part]
+        self.keys += keys[part]
+        self.futures += futures[part]
+        self.size += size
+
     def __len__(self) -> int:
         return len(self.futures)
 
@@ -202,11 +213,7 @@ class Batcher:
                     continue
                 if end == start:  # a lone message above max_bytes goes alone
                     end, added = start + 1, sizes[start]
-            batch.datas += datas[start:end]
-            batch.attributes += attributes[start:end]
-            batch.keys += keys[start:end]
-            batch.futures += futures[start:end]
-            batch.size += added
+            batch.extend(slice(start, end), added, datas, attributes, keys, futures)
             start = end
             if len(batch.futures) >= per_batch or batch.size >= max_bytes:
                 del self._open[key]
