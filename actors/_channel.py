@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 import time
@@ -11,11 +12,18 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from ._frames import FrameStalled, send_frame
 from ._wire import PROTOCOL
 
-__all__ = ["Channel"]
+__all__ = ["DEFAULT_STALL_TIMEOUT", "Channel"]
+
+logger = logging.getLogger(__name__)
 
 _BURST = 100e-6  # a tell this soon after the last send is part of a burst
+# How long a send may make no progress before the child counts as stuck: its reader
+# thread drains the pipe whatever its handler does, so a pipe that stays full means
+# the process no longer reads (it is killed and, when supervised, replaced).
+DEFAULT_STALL_TIMEOUT = 60.0
 
 
 class Channel:
@@ -26,8 +34,10 @@ class Channel:
     busy channel batches on its own while an idle one adds no latency.
     """
 
-    def __init__(self, process: BaseProcess, conn: Connection, lock: threading.Lock) -> None:
+    def __init__(self, process: BaseProcess, conn: Connection, lock: threading.Lock,
+                 stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
         self.process = process
+        self.stall_timeout = stall_timeout
         self.conn = conn
         self.lock = lock
         self.sentinel: int = process.sentinel
@@ -68,12 +78,16 @@ class Channel:
                     self.flushing = False
                     return
             try:
-                self.conn.send_bytes(pickle.dumps(items, protocol=PROTOCOL))
+                send_frame(self.conn, pickle.dumps(items, protocol=PROTOCOL), self.stall_timeout)
                 self.last_send = time.monotonic()
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
                 with self.lock:  # the process is dying: the reaper settles what was sent
                     self.broken = True
                     self.flushing = False
+                if isinstance(exc, FrameStalled):
+                    logger.error("process %s stopped reading its pipe (%s); killing it",
+                                 self.process.name, exc)
+                    self.process.kill()
                 return
 
     def bursting(self) -> bool:

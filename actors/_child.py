@@ -25,6 +25,7 @@ __all__ = ["child_main"]
 logger = logging.getLogger(__name__)
 
 _FLUSH_EVERY = 256
+_READER_FAILED = 75  # exit code of a process whose mail reader failed
 
 
 def _die_with_parent() -> None:
@@ -127,6 +128,11 @@ class _ChildHost:
                     put(item)
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone: never outlive it
+        except BaseException:
+            # A process that no longer reads its mail would let the parent's sends pile
+            # up unanswered while its heartbeats say it is fine: end it, loudly.
+            logger.exception("actor %s: its mail reader failed; exiting", self.name)
+            os._exit(_READER_FAILED)
 
     def _loop(self) -> None:
         get, out = self.items.get, self.out

@@ -8,7 +8,7 @@ from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
 
 from ._cell import Cell, ChildExited
-from ._channel import Channel
+from ._channel import DEFAULT_STALL_TIMEOUT, Channel
 from ._child import child_main
 from ._child import heartbeat_period as _heartbeat_period
 from ._wire import dump_code, dump_message, load
@@ -99,7 +99,9 @@ class ProcessCell(Cell):
         process.start()
         child_conn.close()
         parent_conn.send_bytes(self._code)
-        channel = Channel(process, parent_conn, self._lock)
+        stuck_after = self.spec.stuck_after
+        channel = Channel(process, parent_conn, self._lock, DEFAULT_STALL_TIMEOUT
+                          if stuck_after is None else stuck_after + _HEARTBEAT_GRACE)
         with self._lock:
             self.incarnations += 1
             for item in self._pending:
