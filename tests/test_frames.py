@@ -99,7 +99,7 @@ def test_a_child_whose_mail_reader_fails_exits_and_is_replaced(system: ActorSyst
     assert ref.ask("pid").result(10) not in (pid, os.getpid())
 
 
-def _hold_and_sleep(conn: Any, seconds: float) -> None:
+def _hold_without_reading(conn: Any, seconds: float) -> None:
     """A child that keeps its end of the pipe open and never reads it."""
     time.sleep(seconds)  # sleep-ok: the child must merely stay alive, not reading
 
@@ -111,7 +111,7 @@ def test_a_channel_whose_child_stops_reading_kills_it_instead_of_hanging() -> No
 
     context = multiprocessing.get_context("forkserver")
     parent_conn, child_conn = context.Pipe(duplex=True)
-    process = context.Process(target=_hold_and_sleep, args=(child_conn, 60.0))
+    process = context.Process(target=_hold_without_reading, args=(child_conn, 60.0))
     process.start()
     child_conn.close()
     channel = Channel(process, parent_conn, threading.Lock(), stall_timeout=0.3)
