@@ -145,15 +145,6 @@ class Publisher:
             attributes, size = {}, len(data)
         if ordering_key is not None:
             ordering_key = checked_key(ordering_key)
-        if size <= MAX_MESSAGE_SIZE and ordering_key is None:
-            # `_submit`'s fast path, inlined: this runs once per published message.
-            future: Future[str] = MessageFuture()
-            gate = self._gate
-            with gate.lock:
-                if gate.admit_now(size):
-                    if self._intake.put(data, attributes, None, future, size):
-                        self._tell(_DRAIN)
-                    return future
         return self._submit(data, attributes, ordering_key, size)
 
     def publish_message(self, message: Message) -> Future[str]:
