@@ -122,13 +122,10 @@ class GroupActor(Actor):
         if not keyed:
             self._queue.extend(envelopes)
             return
-        queue, buckets = self._queue, self._buckets
-        for envelope in envelopes:
-            key = envelope[KEY]
-            if key is None:
-                queue.append(envelope)
-            else:
-                buckets[members[hash(key) % len(members)].key].append(envelope)
+        self._queue.extend(e for e in envelopes if e[KEY] is None)
+        buckets = self._buckets
+        for envelope in keyed:
+            buckets[members[hash(envelope[KEY]) % len(members)].key].append(envelope)
 
     def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
         if self._ended is not None:
