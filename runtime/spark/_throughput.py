@@ -41,25 +41,43 @@ def _options(broker: dict[str, str], **extra: object) -> dict[str, str]:
     return broker | {k: str(v) for k, v in extra.items()}
 
 
+def _read(spark: Any, broker: dict[str, str], source: str, batch: int) -> Any:
+    """The streaming frame of topic ``source``'s group ``spark``."""
+    return spark.readStream.format("actorbus").options(
+        **_options(broker, topic=source, group="spark", max_messages_per_batch=batch)).load()
+
+
 def _start(spark: Any, broker: dict[str, str], source: str, sink: str, checkpoint: Path,
            available_now: bool, batch: int) -> Any:
-    frame = spark.readStream.format("actorbus").options(
-        **_options(broker, topic=source, group="spark", max_messages_per_batch=batch)).load()
+    frame = _read(spark, broker, source, batch)
     writer = (frame.select("payload", "key", "attributes").writeStream.format("actorbus")
               .options(**_options(broker, topic=sink)).option("checkpointLocation", str(checkpoint)))
     return writer.trigger(availableNow=True).start() if available_now else writer.start()
 
 
-def _topics(bus: Any, name: str, rows: int) -> tuple[Any, Any]:
-    """Topic ``<name>-in`` holding ``rows`` messages for group ``spark``, and ``<name>-out``."""
-    source = bus.create_topic(f"{name}-in", ack_timeout=None, balanced_capacity=rows + 1)
+def _run_to_end(query: Any) -> None:
+    """Wait for an ``availableNow`` query to finish (bounded), then stop it."""
+    try:
+        query.awaitTermination(_TIMEOUT)
+    finally:
+        query.stop()
+
+
+def _source_topic(bus: Any, name: str, rows: int) -> Any:
+    """Topic ``name`` holding ``rows`` messages for group ``spark``."""
+    source = bus.create_topic(name, ack_timeout=None, balanced_capacity=rows + 1)
     source.create_group("spark")
-    sink = bus.create_topic(f"{name}-out", ack_timeout=None, balanced_capacity=rows + 1)
-    sink.create_group("sink")
     for start in range(0, rows, 10_000):
         count = min(10_000, rows - start)
         source._publish_batch([Message(data=_PAYLOAD)] * count).result(timeout=60)
-    return source, sink
+    return source
+
+
+def _sink_topic(bus: Any, name: str, rows: int) -> Any:
+    """Topic ``name`` whose group ``sink`` keeps up to ``rows`` messages."""
+    sink = bus.create_topic(name, ack_timeout=None, balanced_capacity=rows + 1)
+    sink.create_group("sink")
+    return sink
 
 
 def _rate(rows: int, moved: int, seconds: float) -> dict[str, Any]:
@@ -71,14 +89,10 @@ def _throughput(
     spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path, name: str
 ) -> dict[str, Any]:
     """The pipeline: topic -> source -> streaming sink -> topic."""
-    source, sink = _topics(bus, name, rows)
+    source, sink = _source_topic(bus, f"{name}-in", rows), _sink_topic(bus, f"{name}-out", rows)
     began = time.perf_counter()
-    query = _start(spark, broker, source.name, sink.name, workdir / name, True,
-                   batch=max(rows // 2, 1))
-    try:
-        query.awaitTermination(_TIMEOUT)
-    finally:
-        query.stop()
+    _run_to_end(_start(spark, broker, source.name, sink.name, workdir / name, True,
+                       batch=max(rows // 2, 1)))
     return _rate(rows, sink.stats().published, time.perf_counter() - began)
 
 
@@ -86,19 +100,12 @@ def _source_only(
     spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path,
 ) -> dict[str, Any]:
     """The source: topic -> source -> ``noop`` (every row read, then acked on commit)."""
-    source, _ = _topics(bus, "source", rows)
+    source = _source_topic(bus, "source-in", rows)
     began = time.perf_counter()
-    query = (spark.readStream.format("actorbus")
-             .options(**_options(broker, topic=source.name, group="spark",
-                                 max_messages_per_batch=max(rows // 2, 1))).load()
-             .writeStream.format("noop").trigger(availableNow=True)
-             .option("checkpointLocation", str(workdir / "source")).start())
-    try:
-        query.awaitTermination(_TIMEOUT)
-    finally:
-        query.stop()
-    seconds = time.perf_counter() - began
-    return _rate(rows, source.stats().delivered, seconds)
+    _run_to_end(_read(spark, broker, source.name, max(rows // 2, 1))
+                .writeStream.format("noop").trigger(availableNow=True)
+                .option("checkpointLocation", str(workdir / "source")).start())
+    return _rate(rows, source.stats().delivered, time.perf_counter() - began)
 
 
 def _sink_only(
@@ -107,8 +114,7 @@ def _sink_only(
     """The sink: a cached ``DataFrame`` of ``rows`` payloads -> batch sink -> topic."""
     from pyspark.sql import functions
 
-    sink = bus.create_topic("sink-out", ack_timeout=None, balanced_capacity=rows + 1)
-    sink.create_group("sink")
+    sink = _sink_topic(bus, "sink-out", rows)
     frame = spark.range(rows, numPartitions=2).select(
         functions.lit(_PAYLOAD).alias("payload")).cache()
     if frame.count() != rows:  # materialises the cache outside the timed part
