@@ -213,8 +213,12 @@ def _run_blocked_publishers(count: int) -> dict[str, Any]:
         threads = [threading.Thread(target=publish, args=(i,)) for i in range(count)]
         for thread in threads:
             thread.start()
+        # The steady state, not a passing one: 20 odd messages held put the topic at
+        # max_pending for good (nothing else can settle), and every publisher then fills
+        # its flow-control limit. Pending also touches 20 early, before the member has
+        # acked the even messages of the first batches; closing then tests less.
+        assert wait_until(lambda: len(held) == 20, 30.0)
         assert wait_until(lambda: all(p.outstanding[0] == limit for p in publishers), 30.0)
-        assert wait_until(lambda: topic.stats().pending == 20, 30.0)
         pending_at_close = topic.stats().pending
         close_started = time.monotonic()
         bus.close()
@@ -227,6 +231,7 @@ def _run_blocked_publishers(count: int) -> dict[str, Any]:
         "close_s": close_s, "errors": errors, "futures": [f for fs in futures for f in fs],
         "stats": topic.stats(), "letters": list(topic.dead_letters), "acked": acked,
         "pending_at_close": pending_at_close, "held": len(held), "threads": threads,
+        "held_ids": {d.message_id for d in held},
     }
 
 
@@ -254,6 +259,7 @@ def test_close_with_blocked_publishers_fails_them_clearly_and_dead_letters_pendi
     assert stats.pending == 0
     assert {d.reason for d in letters} == {"closed"}
     assert len(letters) == run["held"] == 20
+    assert {d.message_id for d in letters} == run["held_ids"]  # each held message, once
     assert confirmed == set(run["acked"]) | {d.message_id for d in letters}
     assert run["close_s"] <= 10.0
 
