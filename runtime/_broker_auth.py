@@ -11,6 +11,7 @@ they hold the key.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
@@ -38,8 +39,16 @@ class _Deadline:
         return self._connection.recv_bytes(maxlength or _CHALLENGE_FRAME)
 
 
-def authenticate_server(connection: Connection, authkey: bytes, timeout: float) -> None:
+def authenticate_server(
+    connection: Connection, authkey: bytes, timeout: float,
+    on_proven: Callable[[], None] = lambda: None,
+) -> None:
     """Challenge the peer, then answer its challenge (the server's side).
+
+    ``on_proven`` runs as soon as the peer proved its key, before the server answers
+    the peer's challenge. The client's last step is a send it does not wait on, so a
+    client can return from `authenticate_client` before this function does; it can
+    never return before ``on_proven`` ran, since it waits for that answer.
 
     Raises:
         AuthenticationError: wrong key, or no answer within ``timeout`` seconds.
@@ -47,6 +56,7 @@ def authenticate_server(connection: Connection, authkey: bytes, timeout: float) 
     """
     view = _Deadline(connection, timeout)
     deliver_challenge(view, authkey)  # type: ignore[arg-type]
+    on_proven()
     answer_challenge(view, authkey)  # type: ignore[arg-type]
 
 

@@ -77,12 +77,14 @@ class Session:
     def run(self) -> None:
         """Authenticate, then answer requests until the connection ends."""
         try:
-            authenticate_server(self.connection, self._authkey, self._handshake_timeout)
+            # Proven peers are never evicted to make room (`BusServer`), and a client
+            # counts itself connected before the handshake ends here: mark it at once.
+            authenticate_server(self.connection, self._authkey, self._handshake_timeout,
+                                on_proven=self._proven)
         except (AuthenticationError, EOFError, OSError) as exc:
             logger.warning("broker: connection refused: %s", exc)
             self._end()
             return
-        self.authenticated = True
         try:
             self._serve()
         except (EOFError, OSError):
@@ -91,6 +93,9 @@ class Session:
             logger.warning("broker: connection dropped: %s", exc)
         finally:
             self._end()
+
+    def _proven(self) -> None:
+        self.authenticated = True
 
     def overdue(self, now: float) -> bool:
         """True while still unauthenticated past the handshake deadline.

@@ -183,6 +183,23 @@ def test_connections_above_the_limit_are_refused() -> None:
         Channel(server.address, KEY, connect_timeout=5.0)
 
 
+def test_a_client_whose_handshake_returned_is_never_the_one_evicted() -> None:
+    """The client finishes its handshake by sending the last message, so it can return
+    before the server has read it. The server must count the peer as authenticated by
+    then, or a connection arriving at the limit evicts the client that just got in
+    (seen once in CI: the over-limit connection was served instead of refused)."""
+    with BusServer(StubBus(), authkey=KEY, max_connections=1) as server:
+        for _ in range(20):
+            with Channel(server.address, KEY) as channel:
+                unproven = [s for s in server._sessions if not s.authenticated]
+                assert unproven == []
+                with pytest.raises(ConnectionError):
+                    Channel(server.address, KEY, connect_timeout=5.0)
+                assert channel.call("topics") == ["orders"]
+            for thread in list(server._sessions.values()):  # the next round starts empty
+                thread.join(timeout=5.0)
+
+
 def test_decoder_allows_runtime_messages_and_builtin_errors() -> None:
     registry = wire_types()
     value = ("ok", [Message(data=b"d", attributes={"a": "b"}), TimeoutError("late"), {1, 2}])
