@@ -102,6 +102,9 @@ class FlowGate:
     block — and whoever settles it calls `release` exactly once. Blocked callers are
     admitted strictly in arrival order: a newcomer never overtakes a waiter.
 
+    While `free` (no limit in force, not closed) admission cannot fail, so callers may
+    skip it and have the message counted later, with `count_in`.
+
     Args:
         settings: the limits and the behaviour when they are exceeded.
         clock: the time source for ``block_timeout``.
@@ -116,13 +119,18 @@ class FlowGate:
         self._bytes = 0
         self._waiters: deque[_Waiter] = deque()
         self._closed: Callable[[], BaseException] | None = None
+        self.free = False  # a plain attribute: read without the lock on every publish
         self._apply(settings)
 
     @property
     def outstanding(self) -> tuple[int, int]:
         """The (messages, bytes) accepted and not yet released."""
         with self.lock:
-            return self._messages, self._bytes
+            return self.outstanding_locked()
+
+    def outstanding_locked(self) -> tuple[int, int]:
+        """`outstanding` for a caller that holds `lock`."""
+        return self._messages, self._bytes
 
     @property
     def congested(self) -> bool:
@@ -188,6 +196,15 @@ class FlowGate:
         self._wait(waiter, settings.block_timeout)
         return True
 
+    def count_in(self, messages: int, nbytes: int) -> None:
+        """Count messages enqueued without admission while `free`; the caller holds `lock`.
+
+        Never refuses: the limits may have come in force since, and are then exceeded
+        until these are released.
+        """
+        self._messages += messages
+        self._bytes += nbytes
+
     def release(self, messages: int, nbytes: int) -> None:
         """Return the capacity of ``messages`` settled messages of ``nbytes`` in all.
 
@@ -222,6 +239,7 @@ class FlowGate:
         """Refuse every later admission with ``error()`` and wake blocked ones with it."""
         with self.lock:
             self._closed = error
+            self.free = False
             while self._waiters:
                 self._wake(self._waiters.popleft(), error())
 
@@ -234,6 +252,7 @@ class FlowGate:
         # Plain integers keep the fast path free of None and mode checks.
         self._max_messages = unlimited if ignore or max_messages is None else max_messages
         self._max_bytes = unlimited if ignore or max_bytes is None else max_bytes
+        self.free = self._closed is None and self._max_messages == self._max_bytes == unlimited
 
     def _wait(self, waiter: _Waiter, timeout: float | None) -> None:
         deadline = None if timeout is None else self._clock() + timeout

@@ -21,7 +21,7 @@ from runtime._message import Message
 from runtime._publisher_actor import PublisherActor
 from runtime._publisher_flush import wait_flushed
 from runtime._publisher_future import MessageFuture
-from runtime._publisher_intake import Intake
+from runtime._publisher_intake import Intake, Row, reap
 from runtime._publisher_messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime._publisher_validation import (
     MAX_MESSAGE_SIZE,
@@ -117,7 +117,11 @@ class Publisher:
     @property
     def outstanding(self) -> tuple[int, int]:
         """The (messages, bytes) accepted and not yet confirmed or failed."""
-        return self._gate.outstanding
+        gate = self._gate
+        with gate.lock:  # the actor takes and counts queued messages under this lock
+            messages, nbytes = gate.outstanding_locked()
+            queued, queued_bytes = self._intake.queued()
+        return messages + queued, nbytes + queued_bytes
 
     def publish(
         self,
@@ -170,7 +174,7 @@ class Publisher:
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
         """
-        if self._gate.outstanding[0] == 0:
+        if self.outstanding[0] == 0:
             return
         done: Future[None] = Future()
         self._ref.tell(Flush(done=done))
@@ -252,26 +256,52 @@ class Publisher:
         if key is not None and key in self._paused:
             raise OrderingKeyPausedError(key)
         future: Future[str] = MessageFuture()
-        gate = self._gate
-        # One lock covers admission and the tell: once close() has closed the gate,
-        # nothing more reaches the actor's mailbox behind its final flush.
+        gate, intake = self._gate, self._intake
+        if gate.free:
+            # No limits: nothing to admit, so no lock (the actor counts it when it takes
+            # it). A close() racing this call may seal the intake first: see _reap.
+            intake.rows.extend((data, attributes, key, future, size, False))
+            if not intake.armed:
+                intake.armed = True
+                self._tell(_DRAIN)
+            if intake.sealed:
+                self._reap()
+            return future
+        self._submit_limited((data, attributes, key, future, size, True))
+        if intake.sealed:  # the actor stopped for good without close()
+            self._reap()
+        return future
+
+    def _submit_limited(self, row: Row) -> None:
+        """Admit under flow control (may block), then enqueue. One lock covers admission
+        and the tell: once close() has closed the gate, nothing more reaches the
+        actor's mailbox behind its final flush."""
+        gate, size = self._gate, row[4]
         with gate.lock:
             if gate.admit_now(size):
-                if self._intake.put(data, attributes, key, future, size):
-                    self._tell(_DRAIN)
-                return future
+                self._enqueue(row)
+                return
         waited = gate.acquire(size, on_block=self._send_now)
         with gate.lock:
             if gate.closed:
                 gate.release_locked(1, size)
                 raise closed_error()
-            if self._intake.put(data, attributes, key, future, size):
-                self._tell(_DRAIN)
+            self._enqueue(row)
             if waited and gate.congested:
                 # Others still wait for capacity: this message must not sit out the
                 # latency in an open batch while they do.
                 self._tell(_SEND_NOW)
-        return future
+
+    def _enqueue(self, row: Row) -> None:
+        intake = self._intake
+        intake.rows.extend(row)
+        if not intake.armed:
+            intake.armed = True
+            self._tell(_DRAIN)
+
+    def _reap(self) -> None:
+        """Fail what was added after the actor's final stop took the intake."""
+        reap(self._intake, self._gate, closed_error)
 
     def _set_paused(self, keys: frozenset[str]) -> None:
         self._paused = keys

@@ -19,15 +19,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any
 
 from actors import Actor, Ref
 from runtime._batching import Batch, Batcher, BatchSettings, Parts
 from runtime._flow_control import FlowGate
 from runtime._publisher_flush import FlushBarriers
-from runtime._publisher_future import resolve_all
-from runtime._publisher_intake import Intake
+from runtime._publisher_future import fail_future, resolve_all
+from runtime._publisher_intake import Columns, Intake, uncounted
 from runtime._publisher_messages import (
     BatchDone,
     BatchTopic,
@@ -100,10 +100,10 @@ class PublisherActor(Actor):
         self._ticker.start()
 
     def on_stop(self) -> None:
-        self._abandon(PublishError("Publisher is closed", 9))
+        self._abandon(PublishError("Publisher is closed", 9), final=True)
 
     def on_failure(self, *_: object) -> None:
-        self._abandon(PublishError("Publisher failed internally", 13))
+        self._abandon(PublishError("Publisher failed internally", 13), final=False)
 
     def on_receive(self, message: Any) -> Any:
         if message.__class__ is Drain:
@@ -127,23 +127,32 @@ class PublisherActor(Actor):
         return None
 
     def _drain(self) -> None:
-        if self._ordering:
-            with self._gate.lock:
-                admitted = self._intake.take()
-            for parts in admitted:
-                self._publish(parts)
+        datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
+        if not futures:
             return
-        with self._gate.lock:
-            columns = self._intake.take_columns()
-        for batch in self._batcher.add_columns(None, *columns):  # one lane: slice the burst
-            self._close(batch)
+        if self._ordering:
+            for row in zip(datas, attributes, keys, futures, sizes, strict=True):
+                self._publish(row)
+            return
+        for batch in self._batcher.add_columns(None, datas, attributes, keys, futures, sizes):
+            self._close(batch)  # one lane: the burst is sliced into batches
         if self._tick_at is None:
             self._arm()
+
+    def _take(self, *, seal: bool) -> Columns:
+        """The intake's messages, each counted by the gate from here on (`_settle` and
+        `_abandon` release them)."""
+        gate, intake = self._gate, self._intake
+        with gate.lock:
+            columns = intake.seal() if seal else intake.take()
+            if columns[3]:
+                gate.count_in(*uncounted(columns[4], columns[5]))
+        return columns
 
     def _publish(self, parts: Parts) -> None:
         key = parts[2]
         if key is not None and self._sequencer.is_paused(key):
-            _fail(parts[3], OrderingKeyPausedError(key))
+            fail_future(parts[3], OrderingKeyPausedError(key))
             self._gate.release(1, parts[4])
             return
         for batch in self._batcher.add_many(key, (parts,)):
@@ -236,7 +245,7 @@ class PublisherActor(Actor):
         else:
             assert error is not None
             for future in batch.futures:
-                _fail(future, error)
+                fail_future(future, error)
         self._gate.release(len(batch), batch.size)
         if self._outstanding.pop(batch.id, None) is not None and self._barriers:
             self._barriers.settled(batch.id)
@@ -247,16 +256,18 @@ class PublisherActor(Actor):
             self._close(batch)
         self._arm()
 
-    def _abandon(self, error: PublishError) -> None:
-        """Stop the ticker; fail and release everything not yet settled; wake flushes."""
+    def _abandon(self, error: PublishError, *, final: bool) -> None:
+        """Stop the ticker; fail and release everything not yet settled; wake flushes.
+
+        ``final`` (the last stop) seals the intake: whoever appends later fails it.
+        """
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
-        with self._gate.lock:
-            admitted = self._intake.take()
-        for _, _, _, future, size in admitted:  # admitted but never batched: they fail too
-            _fail(future, error)
-            self._gate.release(1, size)
+        _, _, _, futures, sizes, _ = self._take(seal=final)
+        for future in futures:  # admitted but never batched: they fail too
+            fail_future(future, error)
+        self._gate.release(len(sizes), sum(sizes))
         self._sequencer.drain()
         self._in_flight.clear()
         self._held.clear()  # still in _outstanding: settled below
@@ -279,10 +290,3 @@ def _outcome(
     if len(ids) != count:
         return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
     return ids, None
-
-
-def _fail(future: Future[Any], error: BaseException) -> None:
-    try:
-        future.set_exception(error)
-    except InvalidStateError:
-        pass

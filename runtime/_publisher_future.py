@@ -23,7 +23,7 @@ import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
-__all__ = ["MessageFuture", "resolve_all"]
+__all__ = ["MessageFuture", "fail_future", "resolve_all"]
 
 T = TypeVar("T")
 
@@ -105,3 +105,9 @@ def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
             continue
         with contextlib.suppress(InvalidStateError):
             future.set_result(result)
+
+
+def fail_future(future: Future[Any], error: BaseException) -> None:
+    """``set_exception``, unless the future is already done (cancelled by its caller)."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_exception(error)

@@ -2,59 +2,99 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
+from itertools import compress
+from typing import Any
 
-from runtime._batching import Parts
+from runtime._flow_control import FlowGate
+from runtime._publisher_future import fail_future
 
-__all__ = ["Columns", "Intake"]
+__all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
 
-# datas, attributes, ordering keys, futures, sizes: one entry per message, in order.
+# A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
+# future, size, counted. ``counted`` is True when the flow-control gate counted the
+# message at publish (limits in force), False when nothing limits the Publisher and the
+# actor counts it when it takes the message.
+WIDTH = 6
+Row = tuple[bytes, dict[str, str], "str | None", "Future[str]", int, bool]
 Columns = tuple[
     list[bytes], list[dict[str, str]], list["str | None"], list["Future[str]"], list[int],
+    list[bool],
 ]
 
 
 class Intake:
-    """A hand-off between publishing threads and the Publisher actor.
+    """A hand-off between publishing threads and the Publisher actor, without a lock.
 
-    Publishers append under the flow-control gate's lock and tell the actor only when
-    the intake goes from empty to non-empty; the actor takes everything at once (same
-    lock) and batches it. A burst of publishes is then one mailbox message, not one
-    per publish. Order holds: everything appended before a later mailbox message
-    (flush, send-now) was appended before that message's doorbell was processed, so
-    the actor has taken it by then.
+    A publisher adds a message with one ``rows.extend`` of its six items: one C call,
+    which no other thread can interleave under the GIL, so the list is always whole
+    messages in publish order, and no tuple per message outlives the call (a backlog
+    costs the garbage collector little). It tells the actor only when `armed` was clear,
+    setting it first; the actor clears `armed` before it takes, so a publisher that
+    finds it set knows a drain still to run will take its message. A burst of publishes
+    is then one mailbox message, and nothing is left behind.
 
-    A message waits here as its parts in parallel lists (no `Message` and no tuple per
-    message yet): a backlog then holds little the garbage collector has to rescan.
+    Only the actor removes, and only a prefix (`take`): appends made meanwhile stay.
+
+    With no flow-control limits the publisher takes no lock at all: admission cannot
+    fail, so the gate counts the message when the actor takes it (`uncounted`). With
+    limits, the publisher adds while holding the gate's lock, after admission. One list
+    serves both, so order holds whatever the mix.
+
+    The actor's final stop `seal`s the intake; a publisher racing that stop finds the
+    seal after its append and fails what is left (see `Publisher`), so every future
+    settles even then.
     """
 
-    __slots__ = ("attributes", "datas", "futures", "keys", "sizes")
+    __slots__ = ("armed", "rows", "sealed")
 
     def __init__(self) -> None:
-        self.datas: list[bytes] = []
-        self.attributes: list[dict[str, str]] = []
-        self.keys: list[str | None] = []
-        self.futures: list[Future[str]] = []
-        self.sizes: list[int] = []
+        self.rows: list[Any] = []
+        self.armed = False
+        self.sealed = False
 
-    def put(self, data: bytes, attributes: dict[str, str], key: str | None,
-            future: Future[str], size: int) -> bool:
-        """Append (gate lock held); True when the actor must be told (it was empty)."""
-        futures = self.futures
-        futures.append(future)
-        self.datas.append(data)
-        self.attributes.append(attributes)
-        self.keys.append(key)
-        self.sizes.append(size)
-        return len(futures) == 1
+    def take(self) -> Columns:
+        """Every message added so far, in order, as columns (gate lock held)."""
+        self.armed = False
+        rows = self.rows
+        taken = rows[:]  # a concurrent extend lands wholly before or after this copy
+        del rows[:len(taken)]
+        return _columns(taken)
 
-    def take(self) -> Iterator[Parts]:
-        """Everything appended so far, in order (gate lock held while taking)."""
-        return zip(*self.take_columns(), strict=True)
+    def seal(self) -> Columns:
+        """`take`, and mark the intake as no longer read (the actor's final stop)."""
+        self.sealed = True
+        return self.take()
 
-    def take_columns(self) -> Columns:
-        """Everything appended so far as the parallel lists (gate lock held while taking)."""
-        taken = (self.datas, self.attributes, self.keys, self.futures, self.sizes)
-        self.datas, self.attributes, self.keys, self.futures, self.sizes = [], [], [], [], []
-        return taken
+    def queued(self) -> tuple[int, int]:
+        """(messages, bytes) added, not yet taken, and not counted by the gate."""
+        columns = _columns(self.rows[:])
+        return uncounted(columns[4], columns[5])
+
+
+def _columns(flat: list[Any]) -> Columns:
+    return (flat[0::WIDTH], flat[1::WIDTH], flat[2::WIDTH], flat[3::WIDTH],
+            flat[4::WIDTH], flat[5::WIDTH])
+
+
+def uncounted(sizes: list[int], counted: list[bool]) -> tuple[int, int]:
+    """(messages, bytes) of the rows whose ``counted`` flag is False."""
+    if True not in counted:
+        return len(sizes), sum(sizes)
+    if False not in counted:
+        return 0, 0
+    flags = [not flag for flag in counted]
+    return flags.count(True), sum(compress(sizes, flags))
+
+
+def reap(intake: Intake, gate: FlowGate, error: Callable[[], BaseException]) -> None:
+    """Fail every message in a sealed ``intake`` with ``error()`` and release what the
+    gate counted. Each message is taken once: by the actor before the seal, or here by
+    one reaping publisher."""
+    with gate.lock:
+        _, _, _, futures, sizes, counted = intake.take()
+        free, free_bytes = uncounted(sizes, counted)  # never counted: nothing to release
+        gate.release_locked(len(sizes) - free, sum(sizes) - free_bytes)
+    for future in futures:
+        fail_future(future, error())
