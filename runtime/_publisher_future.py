@@ -93,15 +93,18 @@ def _resolve_unlocked(future: MessageFuture[Any], namespace: dict[str, Any], res
 def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
     """``set_result`` for each pair, in order; a future already done (cancelled) is skipped.
 
-    The Publisher resolves a whole batch here: `MessageFuture.set_result`'s lock-free
-    path inlined, without a call per future.
+    The Publisher resolves a whole batch here. A `MessageFuture` nobody has touched has
+    an empty instance dict (no condition, no state of its own): it takes
+    `_resolve_unlocked`'s path, inlined, without a call per future.
     """
     for future, result in zip(futures, results, strict=True):
         namespace = future.__dict__
-        if isinstance(future, MessageFuture) and not (
-            _CONDITION in namespace or "_state" in namespace
-        ):
-            _resolve_unlocked(future, namespace, result)
+        if not namespace and future.__class__ is MessageFuture:
+            namespace["_result"] = result
+            if namespace.setdefault("_state", _FINISHED) is not _FINISHED:
+                continue  # a cancel got there first: it settled the future
+            if _CONDITION in namespace:  # a reader arrived meanwhile
+                future._wake()  # type: ignore[attr-defined]
             continue
         with contextlib.suppress(InvalidStateError):
             future.set_result(result)
