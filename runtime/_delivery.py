@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import threading
+from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, TOPIC, Envelope, message_of
 from runtime.errors import SettlementError
 
-__all__ = ["ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink"]
+__all__ = [
+    "ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink", "all_acked", "claim_all",
+    "handovers_of",
+]
 
 PENDING = "pending"
 ACKED = "acked"
@@ -249,3 +253,22 @@ class Delivery(Generic[T]):
             return False
         self._set_nacked(reason, None, timed_out=reason == "timeout")
         return True
+
+
+_HANDOVER = attrgetter("_handover")
+_STATE = attrgetter("_state")
+
+
+def all_acked(deliveries: list[Delivery[Any]]) -> bool:
+    """True when every one of ``deliveries`` is acked (one C-level pass)."""
+    return list(map(_STATE, deliveries)).count(ACKED) == len(deliveries)
+
+
+def handovers_of(deliveries: list[Delivery[Any]]) -> set[HandOver]:
+    """The distinct hand-overs ``deliveries`` came in."""
+    return set(map(_HANDOVER, deliveries))
+
+
+def claim_all(handover: HandOver, reason: str) -> list[Delivery[Any]]:
+    """Expire every still-pending delivery of ``handover`` with ``reason``; the ones won."""
+    return [d for d in list(handover.pending.values()) if d._expire(reason)]

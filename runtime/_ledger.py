@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime._dead_letters import DeadLetterQueue, dead_letter_of
 from runtime._deadlines import Deadlines
-from runtime._delivery import ACKED, Delivery, HandOver
+from runtime._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
 from runtime._envelope import SEQ, Envelope
 from runtime._outcome import Nack, Outcome, OutcomeTrack
 from runtime._stats import Counters, TopicStats
@@ -179,7 +179,7 @@ class Ledger:
         with self._changed:
             expired: list[Delivery[Any]] = []
             for handover in self._deadlines.pop_expired(self._live):
-                expired.extend(_claim_all(handover, "timeout"))
+                expired.extend(claim_all(handover, "timeout"))
             self._apply(expired, effects)
             self._changed.notify_all()
             wake_at = self._deadlines.rearm()
@@ -193,7 +193,7 @@ class Ledger:
         with self._changed:
             swept: list[Delivery[Any]] = []
             for handover in list(self._live.values()):
-                swept.extend(_claim_all(handover, reason))
+                swept.extend(claim_all(handover, reason))
             self._apply(swept, effects)
             self._changed.notify_all()
         _run(effects)
@@ -224,6 +224,13 @@ class Ledger:
     # -- internals (lock held) ----------------------------------------------------
 
     def _apply(self, deliveries: Iterable[Delivery[Any]], effects: list[Effect]) -> None:
+        if not self._tracks and deliveries.__class__ is list and all_acked(deliveries):
+            # The common case (a member's acks, no outcome tracked): counted in bulk.
+            count = len(deliveries)
+            self._retire(handovers_of(deliveries))
+            self.pending -= count
+            self._counters.delivered += count
+            return
         tracks, live = self._tracks, self._live
         completed = delivered = 0
         for delivery in deliveries:
@@ -243,6 +250,14 @@ class Ledger:
                     self._complete(delivery._envelope[SEQ], track, effects)
         self.pending -= completed
         self._counters.delivered += delivered
+
+    def _retire(self, handovers: Iterable[HandOver]) -> None:
+        """Forget the hand-overs whose deliveries are all settled now."""
+        live = self._live
+        for handover in handovers:
+            if handover.live and not handover.pending:
+                handover.live = False
+                del live[handover.id]
 
     def _fail(self, delivery: Delivery[Any], track: OutcomeTrack | None, effects: list[Effect]) -> None:
         counters = self._counters
@@ -292,10 +307,6 @@ class Ledger:
         callback = self._dead_letters.append(dead_letter)
         if callback is not None:
             effects.append(lambda: self._dead_letters.notify(callback, dead_letter))
-
-
-def _claim_all(handover: HandOver, reason: str) -> list[Delivery[Any]]:
-    return [d for d in list(handover.pending.values()) if d._expire(reason)]
 
 
 def _run(effects: list[Effect]) -> None:

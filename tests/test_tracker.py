@@ -165,3 +165,27 @@ def test_accounting_invariant_under_a_random_mix_of_settlements() -> None:
         assert stats.delivered <= min(acked.values())
         assert stats.timed_out > 0 and stats.redelivered > 0 and stats.nacked > 0
         assert all(d.subscriber_id == subscriber.id for d in topic.dead_letters if not d.group)
+
+
+def test_a_list_of_acks_retires_exactly_the_fully_settled_hand_overs() -> None:
+    ledger, letters = _ledger()
+    envelopes = [_envelope(seq) for seq in range(1, 7)]
+    ledger.reserve(envelopes, 1, None, slotted=False)
+    done, first = _hand(envelopes[:3])
+    open_, second = _hand(envelopes[3:])
+    ledger.register(done)
+    ledger.register(open_)
+    acked = [*first, *second[:2]]  # all of the first hand-over, part of the second
+    for delivery in acked:
+        delivery.ack()
+
+    ledger.settle(acked)
+
+    assert ledger.pending == 1
+    assert ledger.stats().delivered == 5 and len(letters) == 0
+    assert (done.live, open_.live) == (False, True)
+    assert list(ledger._live) == [open_.id]
+    second[2].nack("boom")  # a mixed list takes the per-delivery path
+    ledger.settle([second[2]])
+    assert ledger.pending == 0 and not open_.live and ledger._live == {}
+    assert [d.reason for d in letters] == ["nack"]
