@@ -184,8 +184,10 @@ class Publisher:
         """Refuse new publishes, wake blocked ones, flush, then stop the actor.
 
         Publishes after (and blocked during) the call raise `PublishError` code 9
-        "Publisher is closed". What is still unsettled when ``timeout`` passes fails with
-        that error. A second close is a no-op.
+        "Publisher is closed"; one that was already under way when close() began may
+        instead return a future, which is confirmed or fails with that error. What is
+        still unsettled when ``timeout`` passes fails with that error. A second close is
+        a no-op.
 
         Raises:
             TimeoutError: the flush did not finish within ``timeout`` seconds.
