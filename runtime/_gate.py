@@ -17,6 +17,13 @@ class Gate:
     free with ``drop_newest``); the group actor releases it as it dispatches. Closing
     the gate (topic closed or group deleted) wakes every waiter. Thread-safe.
 
+    With ``block`` a chunk (a Publisher batch, at most ``capacity`` messages) goes in
+    whole as soon as the queue is not full, so the queue may pass its capacity by less
+    than one chunk (as Pub/Sub's flow control may by a batch). Waiting for room for the
+    whole chunk instead made every default Publisher batch (100) wait on the default
+    capacity (128) until the group had handed on the one before: a block and a wake-up
+    of the publishing thread per batch. A single message waits exactly as before.
+
     Args:
         capacity: the group's ``balanced_capacity``.
     """
@@ -29,7 +36,7 @@ class Gate:
         self._changed = threading.Condition(threading.Lock())
 
     def acquire(self, count: int, deadline: float | None) -> bool:
-        """Wait until ``count`` more messages fit, then take the room.
+        """Wait until the queue is not full, then take room for ``count`` messages.
 
         ``count`` must not exceed the capacity. Blocks until ``deadline``
         (``time.monotonic()`` based; None: unbounded).
@@ -41,7 +48,7 @@ class Gate:
             WouldBlock: the deadline passed first.
         """
         with self._changed:
-            while not self.closed and self.used + count > self.capacity:
+            while not self.closed and self.used >= self.capacity:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise WouldBlock(f"balanced group is full ({self.capacity} messages)")

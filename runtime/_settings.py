@@ -28,7 +28,9 @@ class TopicSettings:
         ack_timeout: seconds a subscriber has to settle a delivery (None: no deadline).
         max_pending: unsettled messages at which publishers wait (None: unbounded).
         throttle: free-slot ratio under which publishers slow down (needs ``max_pending``).
-        balanced_capacity: queued messages per balanced group.
+        balanced_capacity: queued messages per balanced group (a Publisher batch that
+            finds the queue not full goes in whole: it may pass this by less than one
+            batch).
         balanced_on_full: ``"block"`` the publisher or ``"drop_newest"`` for that group.
         broadcast_capacity: entries of the topic's broadcast ring.
         broadcast_on_lag: what happens to a subscriber more than a ring behind.

@@ -1,0 +1,71 @@
+"""A balanced group's queue bound: whole chunks while not full, single messages exactly."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from runtime._gate import Gate
+from runtime.errors import WouldBlock
+
+
+def _soon() -> float:
+    return time.monotonic() + 0.05
+
+
+def test_single_messages_stop_exactly_at_the_capacity() -> None:
+    gate = Gate(2)
+    assert gate.acquire(1, None) and gate.acquire(1, None)
+
+    with pytest.raises(WouldBlock):
+        gate.acquire(1, _soon())
+    assert gate.used == 2
+
+
+def test_a_chunk_goes_in_whole_while_the_queue_is_not_full() -> None:
+    gate = Gate(4)
+    assert gate.acquire(3, None)
+    assert gate.acquire(3, None)  # 3 < 4: not full, so the chunk goes in whole
+
+    assert gate.used == 6  # past the capacity by less than one chunk
+    with pytest.raises(WouldBlock):
+        gate.acquire(1, _soon())
+    gate.release(3)  # handed on: 3 queued of 4
+    assert gate.acquire(1, _soon()) and gate.used == 4
+    with pytest.raises(WouldBlock):
+        gate.acquire(1, _soon())  # full again
+    gate.release(1)
+    assert gate.acquire(4, None) and gate.used == 7
+
+
+def test_a_waiting_chunk_goes_in_once_the_group_hands_some_on() -> None:
+    gate = Gate(4)
+    gate.acquire(4, None)
+    taken = threading.Event()
+
+    def publish() -> None:
+        gate.acquire(4, time.monotonic() + 10)
+        taken.set()
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    assert not taken.wait(0.05)
+    gate.release(1)
+    publisher.join(timeout=10)
+
+    assert taken.is_set() and gate.used == 7
+
+
+def test_closing_wakes_a_waiting_chunk_with_a_refusal() -> None:
+    gate = Gate(1)
+    gate.acquire(1, None)
+    results: list[bool] = []
+    waiter = threading.Thread(target=lambda: results.append(gate.acquire(1, None)))
+    waiter.start()
+    gate.close()
+    waiter.join(timeout=10)
+
+    assert results == [False]
+    assert gate.try_acquire(1) == -1
