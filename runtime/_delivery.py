@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -259,12 +260,12 @@ _HANDOVER = attrgetter("_handover")
 _STATE = attrgetter("_state")
 
 
-def all_acked(deliveries: list[Delivery[Any]]) -> bool:
+def all_acked(deliveries: Sequence[Delivery[Any]]) -> bool:
     """True when every one of ``deliveries`` is acked (one C-level pass)."""
     return list(map(_STATE, deliveries)).count(ACKED) == len(deliveries)
 
 
-def handovers_of(deliveries: list[Delivery[Any]]) -> set[HandOver]:
+def handovers_of(deliveries: Sequence[Delivery[Any]]) -> set[HandOver]:
     """The distinct hand-overs ``deliveries`` came in."""
     return set(map(_HANDOVER, deliveries))
 

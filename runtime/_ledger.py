@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -165,7 +165,7 @@ class Ledger:
             self._schedule(wake_at)
         return True
 
-    def settle(self, deliveries: Iterable[Delivery[Any]]) -> None:
+    def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""
         effects: list[Effect] = []
         with self._changed:
@@ -223,21 +223,19 @@ class Ledger:
 
     # -- internals (lock held) ----------------------------------------------------
 
-    def _apply(self, deliveries: Iterable[Delivery[Any]], effects: list[Effect]) -> None:
-        if not self._tracks and deliveries.__class__ is list and all_acked(deliveries):
-            # The common case (a member's acks, no outcome tracked): counted in bulk.
-            count = len(deliveries)
-            self._retire(handovers_of(deliveries))
-            self.pending -= count
-            self._counters.delivered += count
-            return
-        tracks, live = self._tracks, self._live
-        completed = delivered = 0
-        for delivery in deliveries:
-            handover = delivery._handover
+    def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
+        live = self._live
+        for handover in handovers_of(deliveries):  # forget the ones now fully settled
             if handover.live and not handover.pending:
                 handover.live = False
                 del live[handover.id]
+        tracks = self._tracks
+        if not tracks and all_acked(deliveries):  # a member's acks, no outcome tracked
+            self.pending -= len(deliveries)
+            self._counters.delivered += len(deliveries)
+            return
+        completed = delivered = 0
+        for delivery in deliveries:
             track = tracks.get(delivery._envelope[SEQ]) if tracks else None
             if delivery._state is not ACKED:
                 self._fail(delivery, track, effects)
@@ -250,14 +248,6 @@ class Ledger:
                     self._complete(delivery._envelope[SEQ], track, effects)
         self.pending -= completed
         self._counters.delivered += delivered
-
-    def _retire(self, handovers: Iterable[HandOver]) -> None:
-        """Forget the hand-overs whose deliveries are all settled now."""
-        live = self._live
-        for handover in handovers:
-            if handover.live and not handover.pending:
-                handover.live = False
-                del live[handover.id]
 
     def _fail(self, delivery: Delivery[Any], track: OutcomeTrack | None, effects: list[Effect]) -> None:
         counters = self._counters
