@@ -26,6 +26,10 @@ class Endpoint(Protocol):
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Hand a batch over; must not block."""
 
+    def prefers_whole(self, count: int) -> bool:
+        """True when ``count`` messages are cheaper handled here in one hand-over than
+        split across members (the hand-over itself costs more than they do)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Credit:
@@ -91,6 +95,7 @@ class GroupActor(Actor):
         self._members: list[Endpoint] = []
         self._credit: dict[int, int] = {}
         self._ended: str | None = None
+        self._turn = 0  # who goes first when a batch is not split
 
     def on_receive(self, message: Any) -> Any:
         """Handle one mailbox message (a list of envelopes is a fan-out chunk)."""
@@ -186,6 +191,11 @@ class GroupActor(Actor):
             if not ready or not available:
                 return
             share = -(-available // len(ready))
+            if len(ready) > 1 and all(m.prefers_whole(available) for m in ready):
+                # Cheap handlers gain nothing from a split: one hand-over, members in turn.
+                share, self._turn = available, self._turn + 1
+                turn = self._turn % len(ready)
+                ready = ready[turn:] + ready[:turn]
             sent = 0
             for member in ready:
                 sent += self._send(member, min(credit[member.key], share))

@@ -115,3 +115,7 @@ class ThreadEndpoint:
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Tell the member the batch (never blocks)."""
         self.ref.tell((handover, deliveries))
+
+    def prefers_whole(self, count: int) -> bool:
+        """Never: a hand-over to a thread is cheap, and splitting lets I/O overlap."""
+        return False

@@ -164,6 +164,10 @@ class PullEndpoint:
             self._items.extend(deliveries)
             self._changed.notify_all()
 
+    def prefers_whole(self, count: int) -> bool:
+        """Never: a pull member takes at most its small window."""
+        return False
+
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Block for the next still-pending delivery; returns credit for each taken."""
         return self.receive_many(1, timeout)[0]

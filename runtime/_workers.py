@@ -9,6 +9,7 @@ per-message decoding.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME
 from runtime._group import Credit
 from runtime._member import Handler, run_handler
 
-__all__ = ["PROCESS_WINDOW", "ProcessEndpoint", "WorkBatch", "WorkerActor"]
+__all__ = ["PROCESS_WINDOW", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +30,15 @@ PROCESS_WINDOW = 256
 
 # (index, acked, reason, error): one settlement seen by the worker.
 Settlement = tuple[int, bool, "str | None", "str | None"]
-# What a worker answers: the batch's size when all of it was acked, else its settlements.
-Reply = "int | list[Settlement]"
+# What a worker answers: the seconds its handler took on the batch, and the batch's size
+# when all of it was acked, else its settlements.
+Reply = "tuple[float, int | list[Settlement]]"
+
+# Handler time under which a batch is not worth splitting across workers: a hand-over
+# costs the parent about 70 µs (build, pickle, pipe write, answer), so a split that
+# saves less than this in the slower half only adds hand-overs.
+SPLIT_WORTH = 200e-6
+_COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +120,19 @@ class WorkerActor(Actor):
         self._auto_ack = auto_ack
 
     def on_receive(self, message: Any) -> Any:
-        """Handle one batch; returns its size if all was acked, else the settlements."""
+        """Handle one batch; answers the handler's time and the batch's size if all was
+        acked, else the settlements."""
         batch: WorkBatch = message
         sink = _Collect()
         handover = HandOver(sink, batch.subscriber_id, batch.group)
         deliveries = batch.deliveries(handover)
+        started = time.perf_counter()
         run_handler(self._handler, self._auto_ack, handover, deliveries)
+        elapsed = time.perf_counter() - started
         settled = sink.settled
         if len(settled) == len(deliveries) and all(d._state is ACKED for d in settled):
-            return len(deliveries)
-        return [(d._index, d._state is ACKED, d.reason, d.error) for d in settled]
+            return elapsed, len(deliveries)
+        return elapsed, [(d._index, d._state is ACKED, d.reason, d.error) for d in settled]
 
 
 class ProcessEndpoint:
@@ -137,6 +148,13 @@ class ProcessEndpoint:
         self._worker = worker
         self._group = group
         self._tracker = tracker
+        self._cost: float | None = None  # running handler seconds per message
+
+    def prefers_whole(self, count: int) -> bool:
+        """True once this worker's handler is known to take ``count`` messages in less
+        than `SPLIT_WORTH` (unknown: split, the safe choice for slow handlers)."""
+        cost = self._cost
+        return cost is not None and cost * count < SPLIT_WORTH
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the batch; settle from its answer (never blocks)."""
@@ -158,7 +176,10 @@ class ProcessEndpoint:
                 logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
                 self._fail(handover, deliveries, "worker_crashed", str(error))
                 return
-            reply = future.result()
+            elapsed, reply = future.result()
+            per_message = elapsed / len(deliveries)
+            cost = self._cost
+            self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
             if type(reply) is int:
                 self._finish(_claim_acked(handover, deliveries), len(deliveries))
             else:

@@ -1,4 +1,5 @@
-"""What crosses the pipe to a worker process: columns out, a count or settlements back."""
+"""What crosses the pipe to a worker process (columns out, a count or settlements back),
+and how the group sizes its hand-overs to workers."""
 
 from __future__ import annotations
 
@@ -6,9 +7,19 @@ import pickle
 from typing import Any
 
 from runtime import Delivery, Message
+from runtime._dead_letters import DeadLetterQueue
 from runtime._delivery import ACKED, NACKED, HandOver
 from runtime._envelope import Envelope
-from runtime._workers import WorkBatch, WorkerActor, _claim_acked, _claim_settled
+from runtime._gate import Gate
+from runtime._group import GroupActor, Join
+from runtime._ledger import Ledger
+from runtime._workers import (
+    ProcessEndpoint,
+    WorkBatch,
+    WorkerActor,
+    _claim_acked,
+    _claim_settled,
+)
 
 PLAIN: Envelope = (1, "1", {"order": 7}, "k1", {"a": "b"}, "orders", None)
 PUBLISHED: Envelope = (2, "2", b"data", None, {"x": "y"}, "orders", 1234.5)
@@ -43,7 +54,9 @@ def test_worker_answers_a_count_when_the_whole_batch_was_acked() -> None:
     _, sent = handed_over(PLAIN, PUBLISHED)
     worker = WorkerActor(lambda delivery: None, True)
 
-    assert worker.on_receive(WorkBatch.of(5, "g", "orders", sent)) == 2
+    elapsed, reply = worker.on_receive(WorkBatch.of(5, "g", "orders", sent))
+
+    assert reply == 2 and 0 <= elapsed < 5
 
 
 def test_worker_answers_settlements_when_one_was_not_acked() -> None:
@@ -54,7 +67,7 @@ def test_worker_answers_settlements_when_one_was_not_acked() -> None:
     _, sent = handed_over(PLAIN, PUBLISHED)
     worker = WorkerActor(handler, True)
 
-    reply = worker.on_receive(WorkBatch.of(5, "g", "orders", sent))
+    _, reply = worker.on_receive(WorkBatch.of(5, "g", "orders", sent))
 
     assert reply == [(0, True, None, None), (1, False, "error", "bad data")]
 
@@ -81,3 +94,59 @@ def test_settlements_apply_reasons_and_skip_what_was_already_claimed() -> None:
     assert claimed == [deliveries[1], deliveries[2]]
     assert (deliveries[1].reason, deliveries[1].error) == ("nack", "why")
     assert [d.state for d in deliveries] == [NACKED, NACKED, ACKED]
+
+
+class _Member:
+    """An endpoint that records the size of each hand-over."""
+
+    window = 256
+
+    def __init__(self, key: int, whole: bool) -> None:
+        self.key = self.subscriber_id = key
+        self.whole = whole
+        self.sizes: list[int] = []
+
+    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
+        self.sizes.append(len(deliveries))
+
+    def prefers_whole(self, count: int) -> bool:
+        return self.whole
+
+
+def _group(*members: _Member) -> GroupActor:
+    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=DeadLetterQueue())
+    group = GroupActor("t", "g", Gate(1000), ledger, tracker=None)  # type: ignore[arg-type]
+    for member in members:
+        group.on_receive(Join(member))
+    return group
+
+
+def _chunk(start: int) -> list[Envelope]:
+    return [(n, str(n), n, None, {}, "t", None) for n in range(start, start + 100)]
+
+
+def test_a_chunk_is_split_evenly_unless_every_member_prefers_it_whole() -> None:
+    slow, other = _Member(1, whole=False), _Member(2, whole=True)
+    _group(slow, other).on_receive(_chunk(0))
+
+    assert (slow.sizes, other.sizes) == ([50], [50])
+
+
+def test_cheap_members_take_whole_chunks_in_turn() -> None:
+    first, second = _Member(1, whole=True), _Member(2, whole=True)
+    group = _group(first, second)
+
+    for start in (0, 100, 200, 300):
+        group.on_receive(_chunk(start))
+
+    assert (first.sizes, second.sizes) == ([100, 100], [100, 100])
+
+
+def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap() -> None:
+    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+
+    assert not endpoint.prefers_whole(1)  # no batch answered yet: split
+    endpoint._cost = 1e-6
+    assert endpoint.prefers_whole(100) and not endpoint.prefers_whole(1_000)
+    endpoint._cost = 0.02  # a CPU-heavy handler: even 2 messages are worth two workers
+    assert not endpoint.prefers_whole(2)

@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 
-from runtime import Bus, Delivery, Nack
+from runtime import BatchSettings, Bus, Delivery, Nack
 
 
 def _burn(delivery: Delivery[int]) -> int:
@@ -36,6 +36,31 @@ def test_group_with_two_workers_runs_the_handler_in_two_processes(tmp_path: Path
         assert len(pids) == 2
         assert os.getpid() not in pids
         assert topic.stats().delivered == 2_000
+
+
+def test_each_small_burst_of_cpu_heavy_messages_uses_every_worker(tmp_path: Path) -> None:
+    """Cheap handlers get whole hand-overs (fewer of them); heavy ones must still be
+    split, or a burst would run on one worker while the other idles."""
+
+    def heavy(delivery: Delivery[Any]) -> None:
+        sum(range(1_000_000))  # ~20 ms of CPU here
+        (tmp_path / f"{delivery.message.data.decode()}-{os.getpid()}").touch()
+
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        topic.subscribe(heavy, group="g", workers=2, auto_ack=True)
+        publisher = topic.publisher(batching=BatchSettings(max_messages=8, max_latency=60))
+        for burst in range(3):
+            for n in range(8):
+                publisher.publish(b"%d" % (burst * 8 + n))
+            publisher.flush(30)
+            assert topic.join(timeout=60)
+
+    handled = [name.split("-") for name in (p.name for p in tmp_path.iterdir())]
+    assert sorted(int(n) for n, _ in handled) == list(range(24))
+    for burst in range(3):
+        pids = {pid for n, pid in handled if int(n) // 8 == burst}
+        assert len(pids) == 2, (burst, pids)
 
 
 def test_worker_settlements_and_errors_cross_back() -> None:
