@@ -262,7 +262,7 @@ class Publisher:
         intake = self._intake
         if self._gate.free:
             # No limits: nothing to admit, so no lock; the actor counts the message when
-            # it takes it. `_enqueue` inlined: a call here costs ~2% of publish throughput.
+            # it takes it. `Intake.add` inlined: a call here cost ~2% of publish throughput.
             intake.rows.extend((data, attributes, key, future, size, False))
             if not intake.armed:
                 intake.armed = True
@@ -294,10 +294,7 @@ class Publisher:
                 self._tell(_SEND_NOW)
 
     def _enqueue(self, row: Row) -> None:
-        intake = self._intake
-        intake.rows.extend(row)
-        if not intake.armed:
-            intake.armed = True
+        if self._intake.add(row):
             self._tell(_DRAIN)
 
     def _set_paused(self, keys: frozenset[str]) -> None:

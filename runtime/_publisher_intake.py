@@ -54,6 +54,14 @@ class Intake:
         self.armed = False
         self.sealed = False
 
+    def add(self, row: Row) -> bool:
+        """Append one message; True when the caller must tell the actor to drain."""
+        self.rows.extend(row)
+        if self.armed:
+            return False
+        self.armed = True
+        return True
+
     def take(self) -> Columns:
         """Every message added so far, in order, as columns (gate lock held)."""
         self.armed = False

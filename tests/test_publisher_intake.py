@@ -11,7 +11,7 @@ from test_publisher_support import FakeTopic, batching
 from actors import ActorSystem
 from runtime._flow_control import FlowControl
 from runtime._publisher import Publisher
-from runtime._publisher_intake import Intake, uncounted
+from runtime._publisher_intake import Intake, Row, uncounted
 from runtime.errors import PublishError
 
 
@@ -98,7 +98,7 @@ def test_concurrent_unlimited_publishers_lose_nothing_and_keep_order(
 def test_close_racing_unlimited_publishers_settles_every_future(system: ActorSystem) -> None:
     topic = FakeTopic()
     futures: list[Future[str]] = []
-    errors: list[BaseException] = []
+    errors: list[PublishError] = []
     started = threading.Barrier(4)
     pub = Publisher(topic, system=system, batching=batching(max_messages=50))
 
@@ -151,3 +151,12 @@ def test_outstanding_returns_to_zero_on_both_paths(system: ActorSystem, limited:
 
         assert all(f.done() and f.exception() is None for f in futures)
         assert pub.outstanding == (0, 0)
+
+
+def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
+    intake = Intake()
+    row: Row = (b"x", {}, None, Future(), 1, False)
+
+    assert [intake.add(row), intake.add(row), intake.add(row)] == [True, False, False]
+    assert len(intake.take()[0]) == 3
+    assert intake.add(row) is True  # the drain cleared it: the next message rings again
