@@ -241,7 +241,7 @@ class PublisherActor(Actor):
     def _settle(self, batch: Batch, ids: list[str] | None, error: BaseException | None) -> None:
         """Resolve every future of ``batch`` and release its capacity: once per batch."""
         if ids is not None:
-            resolve_all(batch.futures, ids)  # skips futures the caller cancelled
+            resolve_all(batch.futures, ids)
         else:
             assert error is not None
             for future in batch.futures:

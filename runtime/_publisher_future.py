@@ -4,16 +4,26 @@ A stock ``Future()`` builds a ``threading.Condition`` (an RLock, a deque and fiv
 methods) at once: about 1.5 µs and ten objects for the garbage collector per published
 message, most of them never used, since most publish futures are never waited on.
 `MessageFuture` creates the condition only when something needs it (``result()``,
-``add_done_callback``, ``wait``/``as_completed``, ``cancel``, ``repr``), and resolves
-without it when nothing does. Every other behaviour is `Future`'s own.
+``add_done_callback``, ``wait``/``as_completed``, ``repr``), and resolves without it
+when nothing does. Every other behaviour is `Future`'s own.
 
-Why the lock-free resolve is safe: every reader of the state takes the condition, and
-the resolver re-checks for a condition after writing the state (CPython's GIL orders
-these plain attribute accesses). A reader that created the condition before that
-re-check is woken under the lock; one that creates it later sees the final state. The
-state is written with ``dict.setdefault`` (atomic): a ``cancel`` that wrote its state
-first wins, and one that read PENDING just before the resolver wrote leaves CANCELLED
-behind, which the wake-up sees under the lock, so callbacks run once either way.
+Why the lock-free resolve is safe: a publish future has one settler (the Publisher),
+and, as in Google Pub/Sub's client, it cannot be cancelled, so nothing else ever
+writes its state. Every reader of the state takes the condition, and the settler
+re-checks for a condition after writing the state (CPython's GIL orders these plain
+attribute accesses). A reader that created the condition before that re-check is woken
+under the lock; one that creates it later sees the final state.
+
+Why ``__init__`` sets every attribute the future will ever have: CPython 3.11 keeps an
+instance's attributes in an array laid out by keys its class shares. When a shared
+object gains an attribute, or has its ``__dict__`` built from that array, while a
+garbage collection runs finalizers (which can switch threads), the interpreter can
+read freed or out-of-bounds memory. CI crashed so once (SIGSEGV). Under gdb the crash
+was in ``dictresize`` of a dict built from such an array; `tests/_future_stress.py`
+reproduces it at once for the version that built ``__dict__`` on first use and for one
+that added attributes on first use. So the creating thread stores all six attributes
+before the future is shared: later writes replace values in place, and nothing here
+reads ``__dict__``.
 """
 
 from __future__ import annotations
@@ -30,87 +40,91 @@ T = TypeVar("T")
 # The state names concurrent.futures uses (stable since Python 3.2).
 _PENDING = "PENDING"
 _FINISHED = "FINISHED"
-_CONDITION = "_message_future_condition"
+
+# Taken only to build a future's condition, once per future that is ever waited on.
+_CREATING = threading.Lock()
 
 
 class MessageFuture(Future[T]):
-    """A `concurrent.futures.Future` that builds its condition on first use."""
+    """A `concurrent.futures.Future` that builds its condition on first use.
 
-    # A fresh future's state lives in these class defaults (the instance dict is filled
-    # only as it changes), so creating one runs no Python code at all.
-    _state = _PENDING
-    _result: Any = None
-    _exception: BaseException | None = None
-    # ``_waiters`` and ``_done_callbacks`` come with the condition: Future only ever
-    # touches them holding it, so a future nobody waits on never allocates them.
-    __init__ = object.__init__  # Future.__init__ would build the condition eagerly
+    It cannot be cancelled: a publish is on its way once accepted (``cancel()`` returns
+    False, as Google Pub/Sub's publish futures do).
+    """
+
+    def __init__(self) -> None:
+        # Not Future.__init__, which builds the condition at once. Every attribute,
+        # here, in the creating thread: see the module docstring for why.
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._made: threading.Condition | None = None
+        # The lists come with the condition: Future touches them only holding it. Until
+        # then, empty tuples: iterating finds nothing, appending would fail loudly.
+        self._waiters: Any = ()
+        self._done_callbacks: Any = ()
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        namespace = self.__dict__
-        condition = namespace.get(_CONDITION)
+        condition = self._made
         if condition is None:
-            # setdefault is atomic: racing first users end up sharing one of each; the
-            # lists exist before the condition does, so whoever sees it sees them.
-            namespace.setdefault("_waiters", [])
-            namespace.setdefault("_done_callbacks", [])
-            condition = namespace.setdefault(_CONDITION, threading.Condition())
-        return condition  # type: ignore[no-any-return]
+            with _CREATING:  # racing first users end up sharing one condition
+                condition = self._made
+                if condition is None:
+                    # The lists exist before the condition does: whoever sees it sees them.
+                    self._waiters = []
+                    self._done_callbacks = []
+                    condition = self._made = threading.Condition()
+        return condition
+
+    def cancel(self) -> bool:
+        """Never cancels: the message is published (or fails) either way. Returns False."""
+        return False
 
     def set_result(self, result: T) -> None:
         """Resolve with ``result``; lock-free unless someone waits or listens.
 
         Raises:
-            InvalidStateError: the future is already done or cancelled.
+            InvalidStateError: the future is already done.
         """
-        namespace = self.__dict__
-        if _CONDITION in namespace or "_state" in namespace:
-            super().set_result(result)
+        if self._made is None and self._state is _PENDING:
+            self._result = result
+            self._state = _FINISHED
+            if self._made is not None:  # a reader arrived meanwhile
+                self._wake()
             return
-        _resolve_unlocked(self, namespace, result)
+        super().set_result(result)
 
     def _wake(self) -> None:
-        """Wake the readers of a future resolved without its lock, under the lock;
-        nothing when a racing ``cancel`` overwrote the state meanwhile."""
+        """Wake the readers of a future resolved without its lock, under the lock."""
         with self._condition:
-            if self._state != _FINISHED:
-                return
             for waiter in self._waiters:
                 waiter.add_result(self)
             self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
 
 
-def _resolve_unlocked(future: MessageFuture[Any], namespace: dict[str, Any], result: Any) -> None:
-    """Resolve a future that had no condition and no state of its own a moment ago."""
-    namespace["_result"] = result
-    if namespace.setdefault("_state", _FINISHED) is not _FINISHED:
-        return  # a cancel got there first: it settled the future
-    if _CONDITION in namespace:  # a reader arrived meanwhile
-        future._wake()
-
-
 def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
-    """``set_result`` for each pair, in order; a future already done (cancelled) is skipped.
+    """``set_result`` for each pair, in order; a future already done is skipped.
 
-    The Publisher resolves a whole batch here. A `MessageFuture` nobody has touched has
-    an empty instance dict (no condition, no state of its own): it takes
-    `_resolve_unlocked`'s path, inlined, without a call per future.
+    The Publisher resolves a whole batch here. A `MessageFuture` nobody has touched
+    takes `MessageFuture.set_result`'s lock-free path, inlined, without a call per
+    future.
     """
     for future, result in zip(futures, results, strict=True):
-        namespace = future.__dict__
-        if not namespace and future.__class__ is MessageFuture:
-            namespace["_result"] = result
-            if namespace.setdefault("_state", _FINISHED) is not _FINISHED:
-                continue  # a cancel got there first: it settled the future
-            if _CONDITION in namespace:  # a reader arrived meanwhile
-                future._wake()  # type: ignore[attr-defined]
+        if future.__class__ is MessageFuture and future._made is None:
+            if future._state is _PENDING:
+                future._result = result
+                future._state = _FINISHED
+                if future._made is not None:
+                    future._wake()
             continue
         with contextlib.suppress(InvalidStateError):
             future.set_result(result)
 
 
 def fail_future(future: Future[Any], error: BaseException) -> None:
-    """``set_exception``, unless the future is already done (cancelled by its caller)."""
+    """``set_exception``, unless the future is already done (or cancelled, for a plain
+    `Future` of the caller's)."""
     with contextlib.suppress(InvalidStateError):
         future.set_exception(error)
