@@ -15,15 +15,16 @@ attribute accesses). A reader that created the condition before that re-check is
 under the lock; one that creates it later sees the final state.
 
 Why ``__init__`` sets every attribute the future will ever have: CPython 3.11 keeps an
-instance's attributes in an array laid out by keys its class shares. When a shared
-object gains an attribute, or has its ``__dict__`` built from that array, while a
-garbage collection runs finalizers (which can switch threads), the interpreter can
-read freed or out-of-bounds memory. CI crashed so once (SIGSEGV). Under gdb the crash
-was in ``dictresize`` of a dict built from such an array; `tests/_future_stress.py`
-reproduces it at once for the version that built ``__dict__`` on first use and for one
-that added attributes on first use. So the creating thread stores all six attributes
-before the future is shared: later writes replace values in place, and nothing here
-reads ``__dict__``.
+instance's attributes in an array laid out by keys its class shares, and each new
+instance shrinks the room left for new keys. A class whose first instances set no
+attributes (as this one did, to be cheap) ends up with no room: every later first
+store of an attribute builds the instance's ``__dict__`` instead. That build
+allocates, so it can run a garbage collection whose finalizers switch threads, and a
+second thread can build a second dict from the same array; the interpreter later
+frees it twice. CI crashed so once (SIGSEGV; under gdb, in ``dictresize`` of such a
+dict). `tests/_future_stress.py` reproduces it at once. So the creating thread stores
+all six attributes, the first future putting their keys in the class's layout: later
+writes replace values in place, and nothing here reads ``__dict__``.
 """
 
 from __future__ import annotations
