@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors import Actor, Ref
-from runtime._delivery import ACKED, Delivery, HandOver
+from runtime._delivery import ACKED, Delivery, HandOver, all_acked
 from runtime._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME
 from runtime._group import Credit
 from runtime._member import Handler, run_handler
@@ -130,7 +130,7 @@ class WorkerActor(Actor):
         run_handler(self._handler, self._auto_ack, handover, deliveries)
         elapsed = time.perf_counter() - started
         settled = sink.settled
-        if len(settled) == len(deliveries) and all(d._state is ACKED for d in settled):
+        if len(settled) == len(deliveries) and all_acked(settled):
             return elapsed, len(deliveries)
         return elapsed, [(d._index, d._state is ACKED, d.reason, d.error) for d in settled]
 
