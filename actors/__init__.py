@@ -1,14 +1,14 @@
 """actors: an actor kernel on pykka threads and multiprocessing processes."""
 
-from . import errors
-from ._actor import Actor
-from ._dead_letters import DeadLetter
-from ._events import Event
-from ._pool import Pool
-from ._ref import Ref
-from ._spec import Backoff, ChildSpec, SupervisorSpec
-from ._status import ActorStatus
-from ._system import ActorSystem
+from actors import errors
+from actors._actor import Actor
+from actors._dead_letters import DeadLetter
+from actors._events import Event
+from actors._pool import Pool
+from actors._ref import Ref
+from actors._spec import Backoff, ChildSpec, SupervisorSpec
+from actors._status import ActorStatus
+from actors._system import ActorSystem
 
 __all__ = [
     "Actor",

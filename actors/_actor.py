@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pykka
 
 if TYPE_CHECKING:
-    from ._ref import Ref
+    from actors._ref import Ref
 
 __all__ = ["EXIT", "RESTART", "STOP", "Actor", "Control"]
 

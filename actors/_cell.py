@@ -8,14 +8,14 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._dead_letters import DeadLetter, DeadLetterReason
-from ._events import Event, EventKind
-from ._ref import Ref
-from .errors import ActorDeadError
+from actors._dead_letters import DeadLetter, DeadLetterReason
+from actors._events import Event, EventKind
+from actors._ref import Ref
+from actors.errors import ActorDeadError
 
 if TYPE_CHECKING:
-    from ._spec import ChildSpec
-    from ._system_context import SystemContext
+    from actors._spec import ChildSpec
+    from actors._system_context import SystemContext
 
 __all__ = ["Cell", "ChildExited", "ChildFailed", "ChildFinished", "StopChild"]
 

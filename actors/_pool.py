@@ -8,11 +8,11 @@ import zlib
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._spec import ChildSpec, SupervisorSpec
+from actors._spec import ChildSpec, SupervisorSpec
 
 if TYPE_CHECKING:
-    from ._ref import Ref
-    from ._system import ActorSystem
+    from actors._ref import Ref
+    from actors._system import ActorSystem
 
 __all__ = ["Pool", "Router"]
 

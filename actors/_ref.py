@@ -6,7 +6,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._cell import Cell
+    from actors._cell import Cell
 
 __all__ = ["Ref"]
 

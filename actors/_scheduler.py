@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
-from .errors import AskTimeoutError
+from actors.errors import AskTimeoutError
 
 __all__ = ["Scheduler"]
 

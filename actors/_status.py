@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 import psutil
 
 if TYPE_CHECKING:
-    from ._cell import Cell
+    from actors._cell import Cell
 
 __all__ = ["ActorStatus", "ProcessMeter"]
 

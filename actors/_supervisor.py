@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._actor import Actor
-from ._cell import Cell, ChildExited, ChildFailed, ChildFinished, StopChild
-from ._spec import SupervisorSpec
-from .errors import RestartLimitError, SpawnError
+from actors._actor import Actor
+from actors._cell import Cell, ChildExited, ChildFailed, ChildFinished, StopChild
+from actors._spec import SupervisorSpec
+from actors.errors import RestartLimitError, SpawnError
 
 __all__ = ["AddChild", "ShutdownChildren", "Supervisor"]
 

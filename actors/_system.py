@@ -14,24 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ._cell import Cell
-from ._dead_letters import DeadLetters
-from ._events import Events
-from ._io import IOLoop
-from ._process_cell import ProcessCell
-from ._ref import Ref
-from ._scheduler import Scheduler
-from ._spec import ChildSpec, SupervisorSpec
-from ._status import ActorStatus, ProcessMeter
-from ._supervisor import AddChild, ShutdownChildren, Supervisor
-from ._thread_cell import ThreadCell
-from .errors import ActorNotFoundError, NameTakenError, SpawnError
+from actors._cell import Cell
+from actors._dead_letters import DeadLetters
+from actors._events import Events
+from actors._ref import Ref
+from actors._scheduler import Scheduler
+from actors._spec import ChildSpec, SupervisorSpec
+from actors._status import ActorStatus, ProcessMeter
+from actors._supervisor import AddChild, ShutdownChildren, Supervisor
+from actors._thread_cell import ThreadCell
+from actors.errors import ActorNotFoundError, NameTakenError, SpawnError
+from actors.process._cell import ProcessCell
+from actors.process._io import IOLoop
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
 
-    from ._channel import Channel
-    from ._pool import Pool, Router
+    from actors._pool import Pool, Router
+    from actors.process._channel import Channel
 
 __all__ = ["ActorSystem"]
 
@@ -131,7 +131,7 @@ class ActorSystem:
         Raises:
             ValueError: ``size`` < 1 or an unknown router.
         """
-        from ._pool import Pool
+        from actors._pool import Pool
 
         return Pool(self, factory, args, kwargs, size=size, process=process, router=router,
                     name=name or f"pool-{next(self._auto_names)}", stuck_after=stuck_after)
@@ -229,7 +229,7 @@ class ActorSystem:
             if self._context is None:
                 self._context = multiprocessing.get_context(self.start_method)
                 if self.start_method == "forkserver":
-                    self._context.set_forkserver_preload(["actors._child"])
+                    self._context.set_forkserver_preload(["actors.process._child"])
                 self._io = IOLoop(self.name)
             return self._context
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ._cell import Cell
-    from ._dead_letters import DeadLetters
-    from ._events import Events
-    from ._scheduler import Scheduler
+    from actors._cell import Cell
+    from actors._dead_letters import DeadLetters
+    from actors._events import Events
+    from actors._scheduler import Scheduler
 
 __all__ = ["SystemContext"]
 

@@ -8,22 +8,22 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ._actor import RESTART, STOP, Actor, Control
-from ._cell import Cell, ChildExited
-from .errors import ActorDeadError, SpawnError
+from actors._actor import RESTART, STOP, Actor, Control
+from actors._cell import Cell, ChildExited
+from actors.errors import ActorDeadError, SpawnError
 
 if TYPE_CHECKING:
-    from ._ref import Ref
-    from ._spec import ChildSpec
-    from ._system_context import SystemContext
+    from actors._ref import Ref
+    from actors._spec import ChildSpec
+    from actors._system_context import SystemContext
 
 __all__ = ["ThreadCell", "build_actor"]
 
 
 def build_actor(factory: Any, args: Sequence[Any], kwargs: Mapping[str, Any], name: str) -> Actor:
     """Create the actor a factory describes (a nested supervisor for a SupervisorSpec)."""
-    from ._spec import SupervisorSpec
-    from ._supervisor import Supervisor
+    from actors._spec import SupervisorSpec
+    from actors._supervisor import Supervisor
 
     if isinstance(factory, SupervisorSpec):
         return Supervisor(factory)

@@ -1,6 +1,6 @@
 """Rows per second through the Spark bridge on ``local[2]`` (``spark_source``, ``spark_sink``).
 
-The measurement belongs to the bridge: ``runtime.spark._throughput.measure_spark_throughput``
+The measurement belongs to the bridge: ``benchmarks._spark_throughput.measure_spark_throughput``
 times, with 100-byte payloads, the source alone (topic -> source -> ``noop``), the sink
 alone (a cached DataFrame -> sink -> topic) and the pipeline (topic -> source -> sink ->
 topic), each from the call that starts Spark's work to its end, query start-up included.
@@ -32,7 +32,7 @@ from ._harness import Comparison, Profile, Scenario, Skip
 __all__ = ["SCENARIOS", "SparkRun"]
 
 FLOOR_ROWS_PER_SECOND = 100_000.0
-_MEASUREMENT = "runtime.spark._throughput"
+_MEASUREMENT = "benchmarks._spark_throughput"
 _NOT_YET = "runtime.spark measurement not available yet"
 _TIMEOUTS = {"full": 360.0, "quick": 100.0, "smoke": 100.0}
 

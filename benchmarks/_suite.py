@@ -45,9 +45,9 @@ SCENARIOS: tuple[Scenario, ...] = (
 """Every scenario, in the order they run and print."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
+        prog=prog,
         description="Run actorbus next to its baselines, in the same run, and compare.")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="smaller sizes (under 2 minutes)")
@@ -91,9 +91,9 @@ def run(scenarios: Sequence[Scenario], profile: Profile) -> list[Result]:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m benchmarks") -> int:
     """Run the benchmarks; returns 0, 1 when a scenario failed, or 2 for a bad argument."""
-    options = _parser().parse_args(argv)
+    options = _parser(prog).parse_args(argv)
     try:
         scenarios = _select(options.only)
     except ValueError as exc:

@@ -21,7 +21,7 @@ KEY_ENV = "ACTORBUS_TEST_AUTHKEY"
 
 
 def _missing() -> str | None:
-    from runtime._spark_session import spark_unavailable
+    from runtime.cli._spark_session import spark_unavailable
 
     return spark_unavailable()
 
@@ -47,7 +47,7 @@ def authkey() -> bytes:
 
 def spark_session(master: str = "local[2]") -> Iterator[Any]:
     """A quiet local session for one test module; stopped afterwards."""
-    from runtime._spark_session import local_session
+    from runtime.cli._spark_session import local_session
 
     authkey()
     workdir = Path(tempfile.mkdtemp(prefix="actorbus-spark-"))

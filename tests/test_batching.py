@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from runtime._batching import Batch, Batcher, BatchSettings
-from runtime._message import Message
+from runtime.core._message import Message
 from runtime.errors import PublishError
+from runtime.publisher._batching import Batch, Batcher, BatchSettings
 
 
 class FakeClock:

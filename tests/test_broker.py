@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from runtime import Bus, Message
-from runtime._broker_client import Channel
-from runtime._remote import RemoteBus, connect
-from runtime._server import BusServer, serve
+from runtime.broker._client import Channel
+from runtime.broker._remote import RemoteBus, connect
+from runtime.broker._server import BusServer, serve
 from runtime.errors import MessageTypeError, SettlementError, TopicNotFoundError, WouldBlock
 
 KEY = b"broker-test-key"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime._broker_auth import authenticate_client
-from runtime._broker_client import Channel
-from runtime._broker_protocol import wire_types
-from runtime._broker_wire import FrameRefusedError, decode, encode
-from runtime._message import Message
-from runtime._server import BusServer
+from runtime.broker._auth import authenticate_client
+from runtime.broker._client import Channel
+from runtime.broker._protocol import wire_types
+from runtime.broker._server import BusServer
+from runtime.broker._wire import FrameRefusedError, decode, encode
+from runtime.core._message import Message
 from runtime.errors import TopicNotFoundError
 
 KEY = b"test-key"

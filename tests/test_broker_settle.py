@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from runtime import Bus
-from runtime._broker_settle import ack_in_bulk
-from runtime._delivery import Delivery, HandOver
+from runtime.broker._settle import ack_in_bulk
+from runtime.core.settlement._delivery import Delivery, HandOver
 
 
 class RecordingSink:

@@ -17,8 +17,9 @@ import pytest
 
 import runtime
 from runtime import Bus
-from runtime._cli import main
-from runtime._topics_file import TopicsFileError, load_topics
+from runtime.cli import _remote as cli_remote
+from runtime.cli._main import main
+from runtime.cli._topics_file import TopicsFileError, load_topics
 
 KEY_ENV = "ACTORBUS_CLI_TEST_KEY"
 KEY = "cli-test-secret"
@@ -225,7 +226,7 @@ def test_dlq_lists_drains_or_replays_through_the_client(
     flag: list[str], expected: str, left: int, key: bytes, monkeypatch: Any, capsys: Any,
 ) -> None:
     queue = FakeQueue([letter(1), letter(2)])
-    monkeypatch.setattr(runtime, "connect", lambda address, authkey: FakeRemote(queue))
+    monkeypatch.setattr(cli_remote, "connect_remote", lambda address, authkey: FakeRemote(queue))
 
     code = main(["dlq", "orders", *flag, "--authkey-env", KEY_ENV])
 
@@ -248,10 +249,10 @@ def test_bench_passes_its_arguments_to_the_benchmarks(monkeypatch: Any) -> None:
     import benchmarks
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(benchmarks, "main", lambda argv: seen.append(list(argv)) or 0)
+    monkeypatch.setattr(benchmarks, "main", lambda argv, prog: seen.append([prog, *argv]) or 0)
 
     assert main(["bench", "--quick", "--json"]) == 0
-    assert seen == [["--quick", "--json"]]
+    assert seen == [["actorbus bench", "--quick", "--json"]]
 
 
 def test_topics_file_builds_topics_with_settings_and_groups(tmp_path: Path) -> None:
@@ -297,7 +298,7 @@ def test_serve_runs_a_broker_with_metrics_and_stops_on_sigterm(tmp_path: Path) -
     path.write_text(TOPICS)
     env = {**os.environ, KEY_ENV: KEY}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime._cli", "serve", str(path), "--address", "127.0.0.1:0",
+        [sys.executable, "-m", "runtime.cli._main", "serve", str(path), "--address", "127.0.0.1:0",
          "--authkey-env", KEY_ENV, "--metrics-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
@@ -333,7 +334,7 @@ def test_demo_with_spark_aggregates_revenue_and_adds_up(tmp_path: Path) -> None:
 
     # A subprocess: PySpark's JVM gateway (and its threads) live as long as the interpreter.
     result = subprocess.run(
-        [sys.executable, "-m", "runtime._cli", "demo", "--messages", "300", "--workers", "1"],
+        [sys.executable, "-m", "runtime.cli._main", "demo", "--messages", "300", "--workers", "1"],
         capture_output=True, text=True, timeout=280, cwd=tmp_path)
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -9,8 +9,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from runtime._flow_control import FlowControl, FlowGate
 from runtime.errors import FlowControlError, PublishError
+from runtime.publisher._flow_control import FlowControl, FlowGate
 
 MESSAGES_TEXT = "Flow control: max outstanding messages exceeded"
 BYTES_TEXT = "Flow control: max outstanding bytes exceeded"

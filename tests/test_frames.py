@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors import Actor, ActorSystem, Event
-from actors._frames import FrameStalled, send_frame
+from actors.process._frames import FrameStalled, send_frame
 
 
 @pytest.mark.parametrize("size", [0, 10, 65535, 65536, 3 * 1024 * 1024])
@@ -107,7 +107,7 @@ def _hold_without_reading(conn: Any, seconds: float) -> None:
 def test_a_channel_whose_child_stops_reading_kills_it_instead_of_hanging() -> None:
     import multiprocessing
 
-    from actors._channel import Channel
+    from actors.process._channel import Channel
 
     context = multiprocessing.get_context("forkserver")
     parent_conn, child_conn = context.Pipe(duplex=True)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from runtime._gate import Gate
+from runtime.core.subscribers._gate import Gate
 from runtime.errors import WouldBlock
 
 

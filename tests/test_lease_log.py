@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime._lease_log import EXPIRED_REASON, LeaseLog
-from runtime._lease_record import PayloadError, encode_payload
-from runtime._message import Message
+from runtime.broker._lease_log import EXPIRED_REASON, LeaseLog
+from runtime.broker._lease_record import PayloadError, encode_payload
+from runtime.core._message import Message
 from runtime.errors import SettlementError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime import Bus, Message
-from runtime._lease_record import COLUMNS, LeaseRecord, record_of
+from runtime.broker._lease_record import COLUMNS, LeaseRecord, record_of
 
 
 def received(topic: Any, count: int) -> list[Any]:

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors import Actor
 from runtime import Bus
-from runtime._metrics import MetricsServer
+from runtime.cli._metrics import MetricsServer
 
 
 class Echo(Actor):

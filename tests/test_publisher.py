@@ -13,10 +13,10 @@ import pytest
 from test_publisher_support import FakeTopic, batching
 
 from actors import ActorSystem
-from runtime._batching import BatchSettings
-from runtime._flow_control import FlowControl
-from runtime._publisher import Publisher
 from runtime.errors import TopicClosedError
+from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_control import FlowControl
+from runtime.publisher._publisher import Publisher
 
 
 @pytest.fixture

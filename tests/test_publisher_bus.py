@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from runtime import Bus, Delivery, Message
-from runtime._batching import BatchSettings
-from runtime._flow_control import FlowControl
 from runtime.errors import PublishError, TopicClosedError
+from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_control import FlowControl
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pytest
 from test_publisher_support import FakeTopic
 
 from actors import ActorSystem
-from runtime._batching import BatchSettings
-from runtime._flow_control import FlowControl
-from runtime._publisher import Publisher
 from runtime.errors import FlowControlError, TopicClosedError
+from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_control import FlowControl
+from runtime.publisher._publisher import Publisher
 
 LONG_BATCHES = BatchSettings(max_messages=100, max_latency=60.0)
 

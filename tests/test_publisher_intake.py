@@ -9,10 +9,10 @@ import pytest
 from test_publisher_support import FakeTopic, batching
 
 from actors import ActorSystem
-from runtime._flow_control import FlowControl
-from runtime._publisher import Publisher
-from runtime._publisher_intake import Intake, Row, uncounted
 from runtime.errors import PublishError
+from runtime.publisher._flow_control import FlowControl
+from runtime.publisher._intake import Intake, Row, uncounted
+from runtime.publisher._publisher import Publisher
 
 
 def test_intake_takes_messages_in_order_and_counts_only_the_uncounted() -> None:

@@ -11,11 +11,11 @@ import pytest
 from test_publisher_support import LONG, FakeTopic, batching
 
 from actors import ActorSystem
-from runtime._batching import BatchSettings
-from runtime._flow_control import FlowControl
-from runtime._message import Message
-from runtime._publisher import Publisher
+from runtime.core._message import Message
 from runtime.errors import FlowControlError, OrderingKeyPausedError, PublishError
+from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_control import FlowControl
+from runtime.publisher._publisher import Publisher
 
 
 @pytest.fixture

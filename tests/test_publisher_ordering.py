@@ -8,9 +8,9 @@ import pytest
 from test_publisher_support import FakeTopic
 
 from actors import ActorSystem
-from runtime._batching import BatchSettings
-from runtime._publisher import Publisher
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
+from runtime.publisher._batching import BatchSettings
+from runtime.publisher._publisher import Publisher
 
 ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)
 

@@ -12,8 +12,8 @@ import threading
 import time
 from concurrent.futures import Future
 
-from runtime._batching import BatchSettings
-from runtime._message import Message
+from runtime.core._message import Message
+from runtime.publisher._batching import BatchSettings
 
 LONG = 60.0  # seconds: a batch latency no test waits for
 

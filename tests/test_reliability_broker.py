@@ -5,7 +5,7 @@ code, and a flood of connections: each one ends only its own connection; a well-
 client is served before, during and after; nothing executes.
 
 The endpoint is started with ``Bus.serve``; the tests talk through the broker's own
-frame channel (``runtime._broker_client.Channel``) to send exactly the frames they mean.
+frame channel (``runtime.broker._client.Channel``) to send exactly the frames they mean.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _serve(bus: Bus, **limits: Any) -> Any:
 
 
 def _client(address: Any, authkey: bytes = KEY) -> Any:
-    from runtime._broker_client import Channel
+    from runtime.broker._client import Channel
 
     return Channel(address, authkey, connect_timeout=5.0)
 

@@ -11,8 +11,8 @@ import pytest
 from spark_support import KEY_ENV, authkey, needs_spark, options, spark_session
 
 from runtime import Bus, Message
-from runtime._broker_client import Channel
-from runtime._server import BusServer, serve
+from runtime.broker._client import Channel
+from runtime.broker._server import BusServer, serve
 from runtime.errors import WouldBlock
 
 pytestmark = [*needs_spark, pytest.mark.timeout(300)]
@@ -261,7 +261,7 @@ def test_error_column_routes_rows_to_dead_letters(
 
 
 def test_the_throughput_measurement_moves_every_row_of_each_run(spark: Any) -> None:
-    from runtime.spark._throughput import measure_spark_throughput
+    from benchmarks._spark_throughput import measure_spark_throughput
 
     figures = measure_spark_throughput(3000, authkey_env=KEY_ENV)
 

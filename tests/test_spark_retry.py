@@ -13,7 +13,7 @@ import pytest
 from spark_support import authkey, needs_spark, options, spark_session
 
 from runtime import Bus, Message
-from runtime._server import BusServer, serve
+from runtime.broker._server import BusServer, serve
 from runtime.errors import WouldBlock
 
 pytestmark = [*needs_spark, pytest.mark.timeout(300)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime._staged_rows import StagedRows
+from runtime.broker._staged_rows import StagedRows
 
 
 def test_columns_become_messages_in_row_order() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime._staging import StagingArea
+from runtime.broker._staging import StagingArea
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""Topic.publish: the guard chain of DESIGN §3.2, throttle, backpressure and outcomes."""
+"""Topic.publish: the guard chain (runtime/core/_publishing.py), throttle, backpressure and outcomes."""
 
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ from collections import Counter
 from concurrent.futures import Future
 
 from runtime import Bus, Delivery, Outcome
-from runtime._dead_letters import DeadLetterQueue
-from runtime._delivery import Delivery as RawDelivery
-from runtime._delivery import HandOver
-from runtime._envelope import Envelope
-from runtime._ledger import Ledger
+from runtime.core._envelope import Envelope
+from runtime.core.settlement._dead_letters import DeadLetterQueue
+from runtime.core.settlement._delivery import Delivery as RawDelivery
+from runtime.core.settlement._delivery import HandOver
+from runtime.core.settlement._ledger import Ledger
 
 
 class _Sink:

@@ -7,13 +7,13 @@ import pickle
 from typing import Any
 
 from runtime import Delivery, Message
-from runtime._dead_letters import DeadLetterQueue
-from runtime._delivery import ACKED, NACKED, HandOver
-from runtime._envelope import Envelope
-from runtime._gate import Gate
-from runtime._group import GroupActor, Join
-from runtime._ledger import Ledger
-from runtime._workers import (
+from runtime.core._envelope import Envelope
+from runtime.core.settlement._dead_letters import DeadLetterQueue
+from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._group import GroupActor, Join
+from runtime.core.subscribers._workers import (
     ProcessEndpoint,
     WorkBatch,
     WorkerActor,

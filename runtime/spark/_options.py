@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from runtime._broker_client import Address, Channel, parse_address
+from runtime.broker._client import Address, Channel, parse_address
 
 __all__ = ["SinkOptions", "SourceOptions", "read_authkey"]
 

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from runtime._broker_client import Channel
+from runtime.broker._client import Channel
 from runtime.spark._arrow import record_batch
 from runtime.spark._heartbeat import Heartbeat
 from runtime.spark._options import DEFAULT_FETCH_ROWS, SourceOptions

@@ -1,0 +1,260 @@
+"""A cell whose actor lives in its own OS process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, InvalidStateError
+from typing import TYPE_CHECKING, Any
+
+from actors._cell import Cell, ChildExited
+from actors.errors import ActorDeadError, SpawnError, WorkerCrashedError
+from actors.process._channel import DEFAULT_STALL_TIMEOUT, Channel
+from actors.process._child import child_main
+from actors.process._child import heartbeat_period as _heartbeat_period
+from actors.process._wire import dump_code, dump_message, load
+
+if TYPE_CHECKING:
+    from actors._ref import Ref
+    from actors._spec import ChildSpec
+    from actors._system_context import SystemContext
+
+__all__ = ["ProcessCell"]
+
+_HEARTBEAT_GRACE = 1.0  # seconds of silence tolerated beyond stuck_after
+
+_Pending = tuple[str, Any, "bytes | None", "Future[Any] | None"]
+
+
+class ProcessCell(Cell):
+    """Mail is pickled at the sender and written to the live process's pipe.
+
+    While no process runs (starting, restarting) mail waits here and goes to the next
+    one. Mail the process had not handled when it died: asks fail with
+    `WorkerCrashedError`, tells go to the dead letters as ``"crashed"``.
+    """
+
+    kind = "process"
+
+    def __init__(self, system: SystemContext, spec: ChildSpec, parent: Ref | None) -> None:
+        super().__init__(system, spec, parent)
+        try:
+            self._code = dump_code((spec.factory, tuple(spec.args), dict(spec.kwargs), spec.stuck_after))
+        except Exception as exc:
+            raise SpawnError(self.name, f"factory or arguments do not pickle: {exc}") from exc
+        self._lock = threading.Lock()
+        self._channel: Channel | None = None  # accepting mail
+        self._live: Channel | None = None  # started and not reaped yet
+        self._reaped = threading.Event()
+        self._reaped.set()
+        self._pending: list[_Pending] = []
+
+    # -- senders ------------------------------------------------------------------------
+    def tell(self, message: Any) -> None:
+        self._send("t", message, dump_message(self.name, message), None)
+
+    def ask(self, message: Any, timeout: float | None) -> Future[Any]:
+        payload = dump_message(self.name, message)
+        future: Future[Any] = Future()
+        if timeout is not None:
+            self.system.scheduler.expire_ask(future, self.name, timeout)
+        self._send("a", message, payload, future)
+        return future
+
+    def _send(self, kind: str, message: Any, payload: bytes | None, reply: Future[Any] | None) -> None:
+        with self._lock:
+            channel = None if self.dead else self._channel
+            if channel is not None:
+                channel.enqueue(kind, message, payload, reply)
+            elif not self.dead:
+                self._pending.append((kind, message, payload, reply))
+                return
+        if channel is None:
+            self.refuse(message, reply, "stopped")
+        elif reply is None and channel.bursting():
+            self.system.schedule_write(channel)  # batched by the writer thread
+        else:
+            channel.flush()
+
+    def mailbox_size(self) -> int:
+        live = self._live
+        return len(self._pending) + (live.in_flight() if live else 0)
+
+    def in_flight(self) -> int:
+        return self.mailbox_size()
+
+    @property
+    def pid(self) -> int | None:
+        live = self._live
+        return live.process.pid if live else None
+
+    # -- supervisor side ----------------------------------------------------------------
+    def start_incarnation(self) -> None:
+        """Start a process and hand it the pending mail (does not wait for it to run)."""
+        context = self.system.process_host()
+        parent_conn, child_conn = context.Pipe(duplex=True)
+        process = context.Process(
+            target=child_main, args=(child_conn, self.name), name=f"actorbus:{self.name}"
+        )
+        process.start()
+        child_conn.close()
+        parent_conn.send_bytes(self._code)
+        stuck_after = self.spec.stuck_after
+        channel = Channel(process, parent_conn, self._lock, DEFAULT_STALL_TIMEOUT
+                          if stuck_after is None else stuck_after + _HEARTBEAT_GRACE)
+        with self._lock:
+            self.incarnations += 1
+            for item in self._pending:
+                channel.enqueue(*item)
+            self._pending.clear()
+            self._channel = self._live = channel
+            self._reaped.clear()
+        self.system.adopt_process(self, channel)
+        channel.flush()
+        if self.spec.stuck_after is not None:
+            self._watch(channel, self.spec.stuck_after)
+
+    def _watch(self, channel: Channel, stuck_after: float) -> None:
+        """Kill the process when its heartbeats stop (a watchdog in it reports hung handlers)."""
+        if channel.reaped or not channel.process.is_alive():
+            return
+        if time.monotonic() - channel.last_heard > stuck_after + _HEARTBEAT_GRACE:
+            channel.process.kill()  # the reaper reports the crash and the supervisor replaces it
+            return
+        self.system.scheduler.call_later(_heartbeat_period(stuck_after),
+                                         lambda: self._watch(channel, stuck_after))
+
+    def incarnation_active(self) -> bool:
+        return self._live is not None
+
+    def request_stop(self) -> None:
+        self._ask_to_stop()
+
+    def stop_incarnation(self, timeout: float) -> bool:
+        """Stop the live process after what it was sent; new mail waits for the next one."""
+        live = self._ask_to_stop()
+        if live is None:
+            return True
+        live.process.join(timeout)
+        ended = not live.process.is_alive()
+        _end_process(live)
+        return self._reaped.wait(timeout + 2.0) and ended
+
+    def _ask_to_stop(self) -> Channel | None:
+        with self._lock:
+            live = self._live
+            if live is None:
+                return None
+            self._channel = None
+            if live.stopping:
+                return live
+            live.stopping = True
+            live.enqueue("s", None, None, None)
+        live.flush()
+        return live
+
+    def _drain(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            live, self._channel = self._live, None
+            if live is not None:
+                live.stopping = True
+        for _, message, _, reply in pending:
+            self.refuse(message, reply, "stopped")
+        if live is not None:
+            _end_process(live)
+
+    # -- called by the I/O thread ---------------------------------------------------------
+    def on_frame(self, channel: Channel, items: list[tuple[Any, ...]]) -> None:
+        channel.last_heard = time.monotonic()
+        for item in items:
+            tag = item[0]
+            if tag == "r":
+                with self._lock:
+                    reply = channel.asks.pop(item[1], None)
+                if reply is not None:
+                    _settle(reply, item[2], load(item[3]))
+            elif tag == "d":
+                with self._lock:
+                    channel.acked(item[1])
+            elif tag == "f":
+                self._tell_failed(channel, item[1], load(item[2]))
+            elif tag in ("ready", "restarted"):
+                self.running()
+            elif tag == "start_failed":
+                channel.start_failed = True
+                self.failed(SpawnError(self.name, repr(load(item[1]))), start=True)
+            elif tag == "exit":
+                channel.exited_normally = True
+
+    def _tell_failed(self, channel: Channel, seq: int, error: BaseException) -> None:
+        with self._lock:
+            channel.acked(seq - 1)
+            failed = channel.tells.popleft() if channel.tells and channel.tells[0][0] == seq else None
+            self.incarnations += 1
+        if failed is not None:
+            self.dead_letter(failed[1], "crashed")
+        self.failed(error, restarted=True)
+
+    def process_exited(self, channel: Channel, exitcode: int | None) -> None:
+        """The process is gone: settle what it left, then report why it went."""
+        with self._lock:
+            if self._channel is channel:
+                self._channel = None
+            if self._live is channel:
+                self._live = None
+            asks, channel.asks = channel.asks, {}
+            tells = list(channel.tells)
+            channel.tells.clear()
+        self._reaped.set()
+        crashed = not channel.stopping and not channel.exited_normally
+        error: BaseException = (
+            WorkerCrashedError(self.name, exitcode) if crashed else ActorDeadError(self.name)
+        )
+        reason = "crashed" if crashed else ("stopped" if self.stop_requested else "restarting")
+        for reply in asks.values():
+            _fail(reply, error)
+        for _, message in tells:
+            self.dead_letter(message, reason)  # type: ignore[arg-type]
+        self._report_exit(channel, crashed, error)
+
+    def _report_exit(self, channel: Channel, crashed: bool, error: BaseException) -> None:
+        if channel.stopping:
+            if self.stop_requested:
+                self.finish("stopped")
+        elif channel.start_failed:
+            pass  # already reported
+        elif crashed:
+            self.failed(error, start=not self.started.is_set())
+        elif self.parent is not None:
+            self.parent.tell(ChildExited(self))
+        else:
+            self.finish("stopped")
+
+
+def _settle(reply: Future[Any], ok: bool, value: Any) -> None:
+    try:
+        if ok:
+            reply.set_result(value)
+        else:
+            reply.set_exception(value)
+    except InvalidStateError:
+        pass
+
+
+def _fail(reply: Future[Any], error: BaseException) -> None:
+    try:
+        reply.set_exception(error)
+    except InvalidStateError:
+        pass
+
+
+def _end_process(channel: Channel, grace: float = 1.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds, a process that is still running."""
+    process = channel.process
+    if process.is_alive():
+        process.terminate()
+        process.join(grace)
+    if process.is_alive():
+        process.kill()
+        process.join(grace)

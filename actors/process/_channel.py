@@ -1,0 +1,104 @@
+"""The parent's end of one process incarnation: sequence numbers, pending replies, writes."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from actors.process._frames import FrameStalled, send_frame
+from actors.process._wire import PROTOCOL
+
+__all__ = ["DEFAULT_STALL_TIMEOUT", "Channel"]
+
+logger = logging.getLogger(__name__)
+
+_BURST = 100e-6  # a tell this soon after the last send is part of a burst
+# How long a send may make no progress before the child counts as stuck: its reader
+# thread drains the pipe whatever its handler does, so a pipe that stays full means
+# the process no longer reads (it is killed and, when supervised, replaced).
+DEFAULT_STALL_TIMEOUT = 60.0
+
+
+class Channel:
+    """One live process: what was sent to it and is not answered yet.
+
+    ``lock`` is the owning cell's lock. Writes are combined: the first sender to find
+    the channel idle sends, and keeps sending whatever others queued meanwhile, so a
+    busy channel batches on its own while an idle one adds no latency.
+    """
+
+    def __init__(self, process: BaseProcess, conn: Connection, lock: threading.Lock,
+                 stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
+        self.process = process
+        self.stall_timeout = stall_timeout
+        self.conn = conn
+        self.lock = lock
+        self.sentinel: int = process.sentinel
+        self.seq = 0
+        self.asks: dict[int, Future[Any]] = {}
+        self.tells: deque[tuple[int, Any]] = deque()
+        self.out: list[tuple[str, int, bytes | None]] = []
+        self.flushing = False
+        self.scheduled = False  # queued for the system's writer thread
+        self.last_send = 0.0
+        self.stopping = False
+        self.reaped = False
+        self.last_heard = time.monotonic()
+        self.start_failed = False
+        self.exited_normally = False
+        self.broken = False
+
+    def enqueue(self, kind: str, message: Any, payload: bytes | None, reply: Future[Any] | None) -> None:
+        """Queue one item for sending (``lock`` held by the caller)."""
+        self.seq += 1
+        seq = self.seq
+        if reply is not None:
+            self.asks[seq] = reply
+        elif kind == "t":
+            self.tells.append((seq, message))
+        self.out.append((kind, seq, payload))
+
+    def flush(self) -> None:
+        """Send what is queued unless another thread is already sending it."""
+        with self.lock:
+            if self.flushing or not self.out:
+                return
+            self.flushing = True
+        while True:
+            with self.lock:
+                items, self.out = self.out, []
+                if not items or self.broken:
+                    self.flushing = False
+                    return
+            try:
+                send_frame(self.conn, pickle.dumps(items, protocol=PROTOCOL), self.stall_timeout)
+                self.last_send = time.monotonic()
+            except (OSError, ValueError) as exc:
+                with self.lock:  # the process is dying: the reaper settles what was sent
+                    self.broken = True
+                    self.flushing = False
+                if isinstance(exc, FrameStalled):
+                    logger.error("process %s stopped reading its pipe (%s); killing it",
+                                 self.process.name, exc)
+                    self.process.kill()
+                return
+
+    def bursting(self) -> bool:
+        """True while mail arrives faster than sends complete: leave it to the writer."""
+        return self.flushing or time.monotonic() - self.last_send < _BURST
+
+    def acked(self, seq: int) -> None:
+        """Tells up to ``seq`` were handled (``lock`` held)."""
+        tells = self.tells
+        while tells and tells[0][0] <= seq:
+            tells.popleft()
+
+    def in_flight(self) -> int:
+        return len(self.asks) + len(self.tells)

@@ -1,0 +1,225 @@
+"""The process side of a process actor: hosts the actor and serves its pipe."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from actors._actor import EXIT
+from actors.process._wire import PROTOCOL, dump_error, load
+
+__all__ = ["child_main"]
+
+logger = logging.getLogger(__name__)
+
+_FLUSH_EVERY = 256
+_READER_FAILED = 75  # exit code of a process whose mail reader failed
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL us when the process that forked us dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def child_main(conn: Connection, name: str) -> None:
+    """Entry point of a process actor's process."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    factory, args, kwargs, stuck_after = cloudpickle.loads(conn.recv_bytes())
+    _ChildHost(conn, name, factory, args, kwargs, stuck_after).serve()
+
+
+def heartbeat_period(stuck_after: float) -> float:
+    """How often a watched process reports (and its parent checks) liveness."""
+    return min(1.0, max(0.05, stuck_after / 4))
+
+
+class _LocalInbox:
+    """What ``Actor.stop()`` and ``self.ref.tell`` reach inside the child."""
+
+    def __init__(self, items: queue.SimpleQueue[tuple[str, int, Any]]) -> None:
+        self._items = items
+
+    def put(self, envelope: tuple[Any, Any]) -> None:
+        message, reply = envelope
+        self._items.put(("x", 0, None) if reply is EXIT else ("l", 0, message))
+
+
+class _LocalSelf:
+    """Stands in for the parent's cell inside the child (``actor.ref``, ``actor.stop()``)."""
+
+    def __init__(self, name: str, items: queue.SimpleQueue[tuple[str, int, Any]]) -> None:
+        self.name = name
+        self.inbox = _LocalInbox(items)
+        self.ref = self
+
+    def tell(self, message: Any) -> None:
+        self.inbox.put((message, None))
+
+
+class _ChildHost:
+    def __init__(self, conn: Connection, name: str, factory: Any, args: Any, kwargs: Any,
+                 stuck_after: float | None) -> None:
+        self.conn = conn
+        self.name = name
+        self.factory, self.args, self.kwargs = factory, args, kwargs
+        self.items: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
+        self.out: list[tuple[Any, ...]] = []
+        self.last_tell = 0
+        self.reported_tell = 0
+        self.send_lock = threading.Lock()
+        self.actor: Any = None
+        self.stuck_after = stuck_after
+        self.busy_since = 0.0  # when the running handler started; 0.0 while idle
+
+    def serve(self) -> None:
+        try:
+            self._incarnate()
+        except BaseException as exc:
+            self._send([("start_failed", dump_error(exc))])
+            os._exit(3)
+        self._send([("ready", os.getpid())])
+        threading.Thread(target=self._read, name=f"{self.name}-reader", daemon=True).start()
+        if self.stuck_after is not None:
+            threading.Thread(target=self._watchdog, args=(self.stuck_after,),
+                             name=f"{self.name}-watchdog", daemon=True).start()
+        self._loop()
+
+    def _watchdog(self, stuck_after: float) -> None:
+        """Heartbeats for the parent; a handler past ``stuck_after`` ends the process."""
+        period = heartbeat_period(stuck_after)
+        while True:
+            time.sleep(period)  # a periodic timer on its own thread, not a synchronisation
+            since = self.busy_since
+            if since and time.monotonic() - since > stuck_after:
+                logger.error("actor %s: handler stuck for over %ss; exiting", self.name, stuck_after)
+                os._exit(70)
+            self._send([("hb",)])
+
+    def _incarnate(self) -> None:
+        from actors._thread_cell import build_actor
+
+        actor = build_actor(self.factory, self.args, self.kwargs, self.name)
+        actor._actorbus_cell = _LocalSelf(self.name, self.items)
+        actor.on_start()
+        self.actor = actor
+
+    def _read(self) -> None:
+        put = self.items.put
+        try:
+            while True:
+                for item in load(self.conn.recv_bytes()):
+                    put(item)
+        except (EOFError, OSError):
+            os._exit(0)  # the parent is gone: never outlive it
+        except BaseException:
+            # A process that no longer reads its mail would let the parent's sends pile
+            # up unanswered while its heartbeats say it is fine: end it, loudly.
+            logger.exception("actor %s: its mail reader failed; exiting", self.name)
+            os._exit(_READER_FAILED)
+
+    def _loop(self) -> None:
+        get, out = self.items.get, self.out
+        while True:
+            kind, seq, payload = get()
+            self.busy_since = time.monotonic()
+            if kind == "t":
+                self._tell(seq, payload)
+            elif kind == "a":
+                self._ask(seq, payload)
+            elif kind == "l":
+                self._call(payload, seq)
+            elif kind == "s":
+                self._stop(("stopped",))
+            elif kind == "x":
+                self._stop(("exit",))
+            self.busy_since = 0.0
+            if len(out) >= _FLUSH_EVERY or self.items.empty():
+                self._flush()
+
+    def _call(self, message: Any, seq: int) -> None:
+        try:
+            self.actor.on_receive(message)
+        except SystemExit as exc:
+            self._flush()
+            os._exit(exc.code if isinstance(exc.code, int) else 1)
+        except BaseException as exc:
+            self._restart(seq, exc)
+
+    def _tell(self, seq: int, payload: bytes) -> None:
+        try:
+            message = load(payload)
+        except BaseException as exc:
+            self._restart(seq, exc)
+        else:
+            self._call(message, seq)
+        self.last_tell = seq
+
+    def _ask(self, seq: int, payload: bytes) -> None:
+        try:
+            result = self.actor.on_receive(load(payload))
+        except SystemExit as exc:
+            self._flush()
+            os._exit(exc.code if isinstance(exc.code, int) else 1)
+        except BaseException as exc:
+            self.out.append(("r", seq, False, dump_error(exc)))
+            return
+        try:
+            data = pickle.dumps(result, protocol=PROTOCOL)
+        except Exception as exc:
+            data = dump_error(TypeError(f"reply of actor {self.name!r} cannot be pickled: {exc}"))
+            self.out.append(("r", seq, False, data))
+            return
+        self.out.append(("r", seq, True, data))
+
+    def _restart(self, seq: int, exc: BaseException) -> None:
+        """A tell failed: report it, then carry on with a fresh instance on the same queue."""
+        with contextlib.suppress(Exception):
+            self.actor.on_failure(type(exc), exc, exc.__traceback__)
+        self.out.append(("f", seq, dump_error(exc)))
+        self._flush()
+        try:
+            self._incarnate()
+        except BaseException:
+            logger.exception("actor %s could not restart in its process", self.name)
+            os._exit(4)
+        self.out.append(("restarted",))
+
+    def _stop(self, last: tuple[Any, ...]) -> None:
+        with contextlib.suppress(Exception):
+            self.actor.on_stop()
+        self.out.append(last)
+        self._flush()
+        os._exit(0)
+
+    def _flush(self) -> None:
+        if self.last_tell != self.reported_tell:
+            self.reported_tell = self.last_tell
+            self.out.append(("d", self.last_tell))
+        if self.out:
+            items, self.out = self.out, []
+            self._send(items)
+
+    def _send(self, items: list[tuple[Any, ...]]) -> None:
+        with self.send_lock:
+            try:
+                self.conn.send_bytes(pickle.dumps(items, protocol=PROTOCOL))
+            except OSError:
+                os._exit(0)
+

@@ -1,0 +1,195 @@
+"""Measures the bridge on ``local[2]`` with 100-byte payloads: rows/s and latency.
+
+`measure_spark_throughput` times three runs, each from the call that starts Spark's work
+to its end (query start-up included), after a small warm-up query:
+
+- the source alone: topic -> ``actorbus`` source -> Spark's ``noop`` sink (``availableNow``);
+- the sink alone: a cached ``DataFrame`` -> ``actorbus`` batch sink -> topic;
+- the pipeline: topic -> source -> streaming sink -> topic (``availableNow``).
+
+The benchmarks call it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from runtime.core._message import Message
+
+__all__ = ["measure_spark_throughput"]
+
+_KEY_ENV = "ACTORBUS_BENCH_AUTHKEY"
+_PAYLOAD = b"x" * 100
+_TIMEOUT = 600.0
+
+
+def _session(master: str, workdir: Path) -> Any:
+    from runtime.cli._spark_session import local_session
+
+    return local_session(master, "actorbus-bench", workdir)
+
+
+def _options(broker: dict[str, str], **extra: object) -> dict[str, str]:
+    """``format("actorbus")`` options: the broker's (address, authkey_env) and ``extra``."""
+    return broker | {k: str(v) for k, v in extra.items()}
+
+
+def _read(spark: Any, broker: dict[str, str], source: str, batch: int) -> Any:
+    """The streaming frame of topic ``source``'s group ``spark``."""
+    return spark.readStream.format("actorbus").options(
+        **_options(broker, topic=source, group="spark", max_messages_per_batch=batch)).load()
+
+
+def _start(spark: Any, broker: dict[str, str], source: str, sink: str, checkpoint: Path,
+           available_now: bool, batch: int) -> Any:
+    frame = _read(spark, broker, source, batch)
+    writer = (frame.select("payload", "key", "attributes").writeStream.format("actorbus")
+              .options(**_options(broker, topic=sink)).option("checkpointLocation", str(checkpoint)))
+    return writer.trigger(availableNow=True).start() if available_now else writer.start()
+
+
+def _run_to_end(query: Any) -> None:
+    """Wait for an ``availableNow`` query to finish (bounded), then stop it."""
+    try:
+        query.awaitTermination(_TIMEOUT)
+    finally:
+        query.stop()
+
+
+def _source_topic(bus: Any, name: str, rows: int) -> Any:
+    """Topic ``name`` holding ``rows`` messages for group ``spark``."""
+    source = bus.create_topic(name, ack_timeout=None, balanced_capacity=rows + 1)
+    source.create_group("spark")
+    for start in range(0, rows, 10_000):
+        count = min(10_000, rows - start)
+        source._publish_batch([Message(data=_PAYLOAD)] * count).result(timeout=60)
+    return source
+
+
+def _sink_topic(bus: Any, name: str, rows: int) -> Any:
+    """Topic ``name`` whose group ``sink`` keeps up to ``rows`` messages."""
+    sink = bus.create_topic(name, ack_timeout=None, balanced_capacity=rows + 1)
+    sink.create_group("sink")
+    return sink
+
+
+def _rate(rows: int, moved: int, seconds: float) -> dict[str, Any]:
+    return {"rows": rows, "rows_out": moved, "seconds": round(seconds, 3),
+            "rows_per_second": round(moved / seconds) if seconds else 0}
+
+
+def _throughput(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path, name: str
+) -> dict[str, Any]:
+    """The pipeline: topic -> source -> streaming sink -> topic."""
+    source, sink = _source_topic(bus, f"{name}-in", rows), _sink_topic(bus, f"{name}-out", rows)
+    began = time.perf_counter()
+    _run_to_end(_start(spark, broker, source.name, sink.name, workdir / name, True,
+                       batch=max(rows // 2, 1)))
+    return _rate(rows, sink.stats().published, time.perf_counter() - began)
+
+
+def _source_only(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path,
+) -> dict[str, Any]:
+    """The source: topic -> source -> ``noop`` (every row read, then acked on commit)."""
+    source = _source_topic(bus, "source-in", rows)
+    began = time.perf_counter()
+    _run_to_end(_read(spark, broker, source.name, max(rows // 2, 1))
+                .writeStream.format("noop").trigger(availableNow=True)
+                .option("checkpointLocation", str(workdir / "source")).start())
+    return _rate(rows, source.stats().delivered, time.perf_counter() - began)
+
+
+def _sink_only(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int,
+) -> dict[str, Any]:
+    """The sink: a cached ``DataFrame`` of ``rows`` payloads -> batch sink -> topic."""
+    from pyspark.sql import functions
+
+    sink = _sink_topic(bus, "sink-out", rows)
+    frame = spark.range(rows, numPartitions=2).select(
+        functions.lit(_PAYLOAD).alias("payload")).cache()
+    if frame.count() != rows:  # materialises the cache outside the timed part
+        raise RuntimeError("the cached frame lost rows")
+    began = time.perf_counter()
+    frame.write.format("actorbus").options(**_options(broker, topic=sink.name)).mode(
+        "append").save()
+    seconds = time.perf_counter() - began
+    frame.unpersist()
+    return _rate(rows, sink.stats().published, seconds)
+
+
+def _latency(
+    spark: Any, bus: Any, broker: dict[str, str], workdir: Path, samples: int = 5
+) -> dict[str, Any]:
+    source = bus.create_topic("latency-in", ack_timeout=None)
+    source.create_group("spark")
+    sink = bus.create_topic("latency-out", ack_timeout=None)
+    reader = sink.subscription(group="sink")
+    query = _start(spark, broker, "latency-in", "latency-out", workdir / "latency", False, batch=100)
+    timings = []
+    try:
+        for index in range(samples + 1):  # the first one warms the query up
+            began = time.perf_counter()
+            source._publish_batch([Message(data=_PAYLOAD)]).result(timeout=10)
+            reader.receive(timeout=120).ack()
+            if index:
+                timings.append(time.perf_counter() - began)
+    finally:
+        query.stop()
+        reader.unsubscribe()
+    return {"latency_seconds_median": round(statistics.median(timings), 3),
+            "latency_seconds_max": round(max(timings), 3), "latency_samples": samples}
+
+
+def measure_spark_throughput(
+    rows: int, *, master: str = "local[2]", authkey_env: str = _KEY_ENV,
+) -> dict[str, Any]:
+    """Rows/s of the source, the sink and the pipeline, and one message's latency.
+
+    Starts (or reuses) a SparkSession on ``master`` and a `Bus` served on loopback with
+    the authkey in environment variable ``authkey_env`` (set to a random key if unset;
+    Spark's Python workers must see it, so with a session that is already running it
+    must have been set before the session started).
+    Blocks for the whole run (about a minute for a million rows on 2 cores).
+
+    Returns:
+        ``source_rows_per_second``, ``sink_rows_per_second`` and (the pipeline)
+        ``rows_per_second`` with ``rows``, ``rows_out`` and ``seconds`` for each
+        (``source_`` / ``sink_`` prefixed for the first two), and
+        ``latency_seconds_median`` / ``latency_seconds_max`` (publish -> arrives in the
+        output topic, default trigger).
+    """
+    from runtime import Bus
+    from runtime.broker._server import serve
+    from runtime.spark import register
+
+    os.environ.setdefault(authkey_env, secrets.token_hex(16))
+    with tempfile.TemporaryDirectory(prefix="actorbus-bench-") as directory:
+        workdir = Path(directory)
+        spark = _session(master, workdir)
+        register(spark)
+        with Bus() as bus, serve(bus, authkey=os.environ[authkey_env].encode()) as server:
+            host, port = server.address
+            broker = {"address": f"{host}:{port}", "authkey_env": authkey_env}
+            # The first query of a session pays for Python worker start-up: a small one first.
+            _throughput(spark, bus, broker, 1000, workdir, "warmup")
+            source = _source_only(spark, bus, broker, rows, workdir)
+            sink = _sink_only(spark, bus, broker, rows)
+            result = _throughput(spark, bus, broker, rows, workdir, "bench")
+            result |= {f"source_{k}": v for k, v in source.items()}
+            result |= {f"sink_{k}": v for k, v in sink.items()}
+            result |= _latency(spark, bus, broker, workdir)
+    return result
+
+
+if __name__ == "__main__":
+    print(measure_spark_throughput(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000))

@@ -1,0 +1,209 @@
+"""The lease log: a replayable, offset-addressed view of one consumer's share of a group.
+
+A Spark query reads a balanced group through a `LeaseLog` keyed by (topic, group,
+consumer). The log is one member of the group. Messages it pulls get consecutive
+offsets and stay *leased* to the consumer until acked, so any range that is not acked
+yet is served identically however often it is fetched (task retries, replays after a
+failure, a restart from the checkpoint).
+
+Invariants:
+- offsets are never reused; ``position`` (the first unacked offset) only grows;
+- ``ack(n)`` is cumulative: every held record below ``n`` is acked, nothing else;
+- acks settle in bulk (``ack_many``), outside the log's lock and one ack at a time per
+  log, so a cumulative ack of a whole range costs one settlement message per hand-over;
+- every call from the consumer is a heartbeat; ``lease_seconds`` without one releases
+  every held record back to the group (nack ``"lease expired"``: redelivered with
+  ``attempt + 1`` while the topic's attempts remain) and leaves the group, so the
+  messages reach another member. Offsets of released records then hold nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from runtime.broker._lease_record import LeasedDelivery, LeaseRecord, PayloadError, record_of
+
+__all__ = ["LeaseLog", "LeaseSource", "ack_each"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FILL_LIMIT = 100_000
+DEFAULT_LINGER = 0.02
+EXPIRED_REASON = "lease expired"
+
+
+class LeaseSource(Protocol):
+    """The group membership a lease log pulls from (a `PullSubscription`)."""
+
+    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[LeasedDelivery]: ...
+
+    def unsubscribe(self) -> None: ...
+
+
+class LeaseLog:
+    """Leases of one (topic, group, consumer); thread-safe.
+
+    Args:
+        subscribe: joins the group; called lazily, again after a release.
+        reject: settles a delivery whose message cannot be encoded (dead letter,
+            reason ``error``) with the error text.
+        ack_many: acks deliveries in bulk; tolerates ones settled meanwhile (default:
+            `ack_each`).
+        lease_seconds: how long leases live without a heartbeat.
+        fill_limit: most records pulled by one `latest` call without a row limit.
+        linger: how long a fill waits for the group's next message before it stops.
+        clock: the time source of lease deadlines.
+    """
+
+    def __init__(
+        self,
+        *,
+        subscribe: Callable[[], LeaseSource],
+        reject: Callable[[LeasedDelivery, str], None],
+        lease_seconds: float,
+        ack_many: Callable[[Sequence[LeasedDelivery]], None] | None = None,
+        fill_limit: int = DEFAULT_FILL_LIMIT,
+        linger: float = DEFAULT_LINGER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        self._subscribe = subscribe
+        self._reject = reject
+        self._ack_many = ack_many or ack_each
+        self._lease_seconds = lease_seconds
+        self._fill_limit = fill_limit
+        self._linger = linger
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._settling = threading.Lock()  # one bulk ack at a time (hand-over buffers)
+        self._source: LeaseSource | None = None
+        # _records[i] and _deliveries[i] are offset _base + i; everything below _base is
+        # acked or released.
+        self._base = 0
+        self._records: list[LeaseRecord] = []
+        self._deliveries: list[LeasedDelivery] = []
+        self._deadline = clock() + lease_seconds
+
+    @property
+    def end(self) -> int:
+        """One past the last offset assigned so far."""
+        with self._lock:
+            return self._base + len(self._records)
+
+    def position(self) -> int:
+        """The first offset not acked yet (where a fresh query starts); a heartbeat."""
+        with self._lock:
+            self._beat()
+            return self._base
+
+    def heartbeat(self) -> None:
+        """Extend every lease by ``lease_seconds`` from now."""
+        with self._lock:
+            self._beat()
+
+    def latest(self, start: int, max_rows: int | None) -> int:
+        """Lease up to ``max_rows`` records from ``start`` on; return the end offset.
+
+        Pulls from the group without blocking: the end is below ``start + max_rows``
+        when the group has fewer messages waiting. A heartbeat.
+        """
+        with self._lock:
+            self._beat()
+            if start > self._base + len(self._records):
+                self._jump_to(start)
+            want = start + (max_rows if max_rows is not None else self._fill_limit)
+            self._fill(want)
+            return max(start, min(want, self._base + len(self._records)))
+
+    def fetch(self, start: int, end: int) -> list[LeaseRecord]:
+        """The held records of offsets ``[start, end)``: the same on every call. A heartbeat."""
+        with self._lock:
+            self._beat()
+            first = max(start - self._base, 0)
+            last = max(min(end - self._base, len(self._records)), first)
+            return self._records[first:last]
+
+    def ack(self, offset: int) -> int:
+        """Ack every held record below ``offset`` (cumulative); return the position."""
+        with self._settling:
+            with self._lock:
+                self._beat()
+                count = min(max(offset - self._base, 0), len(self._records))
+                done = self._deliveries[:count]
+                del self._records[:count], self._deliveries[:count]
+                self._base += count
+                position = self._base
+            if done:
+                self._ack_many(done)
+        return position
+
+    def expire(self) -> int:
+        """Release everything when the lease ran out; return how many records went back."""
+        with self._lock:
+            if self._clock() < self._deadline or (self._source is None and not self._records):
+                return 0
+            released = self._release()
+        if released:
+            logger.info("lease expired: %d messages go back to the group", released)
+        return released
+
+    def close(self) -> int:
+        """Release every held record to the group and leave it; return the count."""
+        with self._lock:
+            return self._release()
+
+    def _beat(self) -> None:
+        self._deadline = self._clock() + self._lease_seconds
+
+    def _jump_to(self, start: int) -> None:
+        # The consumer's checkpoint is ahead of this log (e.g. the broker restarted): a
+        # cumulative ack up to ``start`` would ack records it never read, so return them.
+        self._release()
+        self._base = start
+
+    def _fill(self, want: int) -> None:
+        if self._source is None:
+            self._source = self._subscribe()
+        while (missing := want - self._base - len(self._records)) > 0:
+            try:  # the group refills a member's prefetch asynchronously: linger briefly
+                deliveries = self._source.receive_many(missing, timeout=self._linger)
+            except TimeoutError:
+                return
+            records, held = self._records, self._deliveries
+            for delivery in deliveries:
+                try:
+                    records.append(record_of(delivery))
+                except PayloadError as exc:
+                    self._reject(delivery, str(exc))
+                else:
+                    held.append(delivery)
+
+    def _release(self) -> int:
+        source, self._source = self._source, None
+        held, self._deliveries, self._records = self._deliveries, [], []
+        self._base += len(held)
+        # Leave the group first, so the returned messages cannot come back to us.
+        if source is not None:
+            _settle(source.unsubscribe)
+        for delivery in held:
+            _settle(lambda d=delivery: d.nack(EXPIRED_REASON))  # type: ignore[misc]
+        return len(held)
+
+
+def ack_each(deliveries: Sequence[LeasedDelivery]) -> None:
+    """Ack one delivery at a time, skipping ones settled meanwhile."""
+    for delivery in deliveries:
+        _settle(delivery.ack)
+
+
+def _settle(action: Callable[[], None]) -> None:
+    # A delivery may have settled on its own meanwhile (ack deadline, topic closed).
+    try:
+        action()
+    except Exception as exc:  # settled meanwhile, or its topic is gone: nothing to undo
+        logger.debug("lease settlement skipped: %s", exc)

@@ -1,0 +1,229 @@
+"""`RemoteBus`: a served bus seen from another process, mirroring `Bus` where it can."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel
+from runtime.broker._remote_subscription import RemotePullSubscription
+from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
+from runtime.core._message import Message
+from runtime.core.settlement._dead_letters import DeadLetter
+
+__all__ = ["RemoteBus", "RemoteTopic", "connect"]
+
+_PUBLISH_MARGIN = 60.0
+
+
+class RemoteBus:
+    """A connection to a `BusServer` (see `runtime.connect`); thread-safe.
+
+    Values crossing the wire are limited to builtins and the runtime's own message
+    types: publish those (or use a publisher, which sends bytes `Message` objects).
+    Every pull subscription and every publisher opens a connection of its own;
+    `close()` closes them all.
+
+    Raises:
+        multiprocessing.AuthenticationError: the key is wrong.
+        ConnectionError: the server is unreachable or full.
+    """
+
+    def __init__(
+        self, address: Address | str, *, authkey: bytes,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self._connect_args = (address, authkey, connect_timeout, max_frame_size)
+        self._channel = self._open()
+        self.address = self._channel.address
+        self._lock = threading.Lock()
+        self._children: list[Any] = []  # subscriptions, publishers, channels: closed with us
+        self._system: Any = None
+        self._closed = False
+
+    def topic(self, name: str) -> RemoteTopic:
+        """A handle on topic ``name`` (raises `TopicNotFoundError` when it is not served)."""
+        self._channel.call("stats", name)
+        return RemoteTopic(self, name)
+
+    def topics(self) -> list[str]:
+        """The served topic names."""
+        return list(self._channel.call("topics"))
+
+    def stats(self) -> dict[str, Any]:
+        """``TopicStats`` of every served topic, by name."""
+        return dict(self._channel.call("stats", None))
+
+    def publish(self, name: str, message: object, **kwargs: Any) -> str:
+        """``topic(name).publish(message, ...)``; returns the message id."""
+        return RemoteTopic(self, name).publish(message, **kwargs)
+
+    def dead_letters(self, name: str) -> RemoteDeadLetters:
+        """Topic ``name``'s dead letters on the server (raises `TopicNotFoundError`)."""
+        self._channel.call("stats", name)
+        return RemoteDeadLetters(self._channel, name)
+
+    def close(self) -> None:
+        """Close every publisher (flushing it), subscription and connection; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            children, self._children = self._children, []
+            system, self._system = self._system, None
+        for child in reversed(children):
+            _close(child)
+        if system is not None:
+            system.shutdown()
+        self._channel.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    def _open(self) -> Channel:
+        address, authkey, connect_timeout, max_frame_size = self._connect_args
+        return Channel(address, authkey, connect_timeout=connect_timeout, max_frame_size=max_frame_size)
+
+    def _adopt(self, child: Any) -> None:
+        with self._lock:
+            if self._closed:
+                _close(child)
+                raise ConnectionError("the RemoteBus is closed")
+            self._children.append(child)
+
+    def _actor_system(self) -> Any:
+        from actors import ActorSystem
+
+        with self._lock:
+            if self._system is None:
+                self._system = ActorSystem("actorbus-remote")
+            return self._system
+
+    def __enter__(self) -> RemoteBus:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<RemoteBus {self.address[0]}:{self.address[1]}{' closed' if self._closed else ''}>"
+
+
+class RemoteTopic:
+    """A served topic: ``publish``, ``publisher``, ``subscription``, ``stats``."""
+
+    def __init__(self, bus: RemoteBus, name: str) -> None:
+        self._bus = bus
+        self.name = name
+
+    def publish(
+        self, message: object, *, key: str | None = None, attributes: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Publish one message through the topic's publish path; returns its id.
+
+        Blocks like ``Topic.publish`` (``timeout`` bounds backpressure); raises what it
+        raises (`TopicClosedError`, `MessageTypeError`, `WouldBlock`, ...).
+        """
+        reply_timeout = None if timeout is None else timeout + _PUBLISH_MARGIN
+        return str(self._bus._channel.call(
+            "publish", self.name, message, key, dict(attributes) if attributes else None, timeout,
+            timeout=reply_timeout))
+
+    def publisher(self, **options: Any) -> Any:
+        """A `Publisher` batching on this side; each batch crosses as one frame.
+
+        Takes the options of ``Topic.publisher`` (``batching``, ``flow_control``,
+        ``message_ordering``). Its actor runs in an actor system the `RemoteBus` owns.
+        """
+        from runtime.publisher._publisher import Publisher
+
+        channel = self._bus._open()
+        self._bus._adopt(channel)
+        publisher = Publisher(_BatchPath(self.name, channel), system=self._bus._actor_system(), **options)
+        self._bus._adopt(publisher)
+        return publisher
+
+    def subscription(self, *, group: str | None = None) -> RemotePullSubscription:
+        """A pull subscription: a member of ``group``, or a broadcast subscriber."""
+        channel = self._bus._open()
+        try:
+            subscription = RemotePullSubscription(channel, self.name, group)
+        except BaseException:
+            channel.close()
+            raise
+        self._bus._adopt(subscription)
+        return subscription
+
+    def stats(self) -> Any:
+        """The topic's ``TopicStats``."""
+        return self._bus._channel.call("stats", self.name)
+
+    def __repr__(self) -> str:
+        return f"<RemoteTopic {self.name!r}>"
+
+
+class RemoteDeadLetters:
+    """A served topic's dead letters: ``len()``, iteration (a snapshot, oldest first),
+    ``drain()`` and ``replay()`` like `DeadLetterQueue`. Each call is one round trip;
+    dead letters whose message is not a wire type (builtins, `Message`) cannot cross."""
+
+    def __init__(self, channel: Channel, name: str) -> None:
+        self._channel = channel
+        self._name = name
+
+    def __len__(self) -> int:
+        return len(self._channel.call("dead_letters", self._name))
+
+    def __iter__(self) -> Iterator[DeadLetter]:
+        return iter(self._channel.call("dead_letters", self._name))
+
+    def drain(self) -> list[DeadLetter]:
+        """Empty the queue on the server; returns what it held, oldest first."""
+        return list(self._channel.call("drain_dead_letters", self._name))
+
+    def replay(self, *, topic: str | None = None) -> int:
+        """Republish every dead letter (to ``topic``, default the same one); the count."""
+        return int(self._channel.call("replay_dead_letters", self._name, topic))
+
+
+class _BatchPath:
+    """The seam a `Publisher` sends batches through: one frame per batch."""
+
+    def __init__(self, name: str, channel: Channel) -> None:
+        self.name = name
+        self._channel = channel
+
+    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
+        future: Future[list[str]] = Future()
+        try:
+            future.set_result(self._channel.call("publish_batch", self.name, list(messages)))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
+def _close(child: Any) -> None:
+    try:
+        if isinstance(child, RemotePullSubscription):
+            child.unsubscribe()
+        else:
+            child.close()
+    except Exception:  # closing is best effort: the server may be gone already
+        pass
+
+
+def connect(address: Address | str, *, authkey: bytes, **options: Any) -> RemoteBus:
+    """Connect to a bus served with ``Bus.serve``; returns a `RemoteBus`.
+
+    Blocks until the HMAC challenge passed (at most ``connect_timeout`` seconds).
+
+    Raises:
+        multiprocessing.AuthenticationError: the key is wrong.
+        ConnectionError: the server is unreachable or full.
+    """
+    return RemoteBus(address, authkey=authkey, **options)

@@ -1,0 +1,208 @@
+"""The broker endpoint: serves a `Bus` to other processes over authenticated sockets.
+
+Threads, all owned by the `BusServer` and stopped by `close()`:
+- the acceptor, waiting on the listening socket (woken by a connection to itself);
+- one thread per connection, at most ``max_connections`` (more are closed at once);
+- the sweeper, expiring leases without a heartbeat and orphaned stages.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+from runtime.broker._client import Address, parse_address
+from runtime.broker._protocol import wire_types
+from runtime.broker._service import BrokerService
+from runtime.broker._session import Session
+from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = ["BusServer", "serve"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS: Address = ("127.0.0.1", 0)
+DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+DEFAULT_SWEEP_INTERVAL = 0.25
+_BACKLOG = 128  # pending accepts: a burst of connects must not wait on TCP retries
+_JOIN_TIMEOUT = 5.0
+
+
+class BusServer:
+    """Serves ``bus`` on ``address`` until `close()`; see `runtime.connect`.
+
+    Binds loopback unless another address is given. Every connection must pass the
+    HMAC challenge of ``authkey`` before any frame is read; a wrong key, a garbage or
+    oversized frame, or a frame naming a disallowed global drops that connection only.
+
+    Args:
+        bus: the `Bus` to serve.
+        address: ``(host, port)`` to bind; port 0 picks a free port (see `address`).
+        authkey: the shared secret (non-empty bytes).
+        max_connections: connections served at once.
+        max_frame_size: longest request frame, in bytes.
+        handshake_timeout: bound of the challenge, in seconds.
+        sweep_interval: seconds between lease/stage expiry sweeps.
+        clock: the time source of leases and stages.
+
+    Raises:
+        TypeError, ValueError: a bad key or limit.
+        OSError: the address cannot be bound.
+    """
+
+    def __init__(
+        self, bus: Any, address: Address | str = DEFAULT_ADDRESS, *, authkey: bytes,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(authkey, bytes) or not authkey:
+            raise TypeError("authkey must be non-empty bytes")
+        if max_connections < 1 or max_frame_size < 1024:
+            raise ValueError("max_connections must be >= 1 and max_frame_size >= 1024")
+        self._authkey = authkey
+        self._limits = (max_connections, max_frame_size, handshake_timeout)
+        self._registry = wire_types()
+        self.service = BrokerService(bus, clock=clock)
+        self._listener = Listener(parse_address(address), backlog=_BACKLOG)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._sessions: dict[Session, threading.Thread] = {}
+        self._numbers = itertools.count(1)
+        self._acceptor = threading.Thread(target=self._accept_loop, name="actorbus-broker-accept")
+        self._sweeper = threading.Thread(
+            target=self._sweep_loop, args=(sweep_interval,), name="actorbus-broker-sweep")
+        self._acceptor.start()
+        self._sweeper.start()
+
+    @property
+    def address(self) -> Address:
+        """The bound ``(host, port)``."""
+        host, port = self._listener.address
+        return str(host), int(port)
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed.is_set()
+
+    @property
+    def connections(self) -> int:
+        """Connections being served right now."""
+        with self._lock:
+            return sum(thread.is_alive() for thread in self._sessions.values())
+
+    def close(self, timeout: float = _JOIN_TIMEOUT) -> None:
+        """Stop accepting, drop every connection, return leased messages; idempotent.
+
+        Blocks until the server's threads ended (at most about ``timeout`` seconds each).
+        """
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._wake_acceptor()
+        self._acceptor.join(timeout)
+        with self._lock:
+            sessions = dict(self._sessions)
+        for session in sessions:
+            session.interrupt()
+        for thread in sessions.values():
+            thread.join(timeout)
+        self._sweeper.join(timeout)
+        self.service.close()
+
+    def _accept_loop(self) -> None:
+        try:
+            while not self._closed.is_set():
+                try:
+                    connection = self._listener.accept()
+                except OSError as exc:
+                    if self._closed.wait(0.1):
+                        return
+                    logger.warning("broker: accept failed: %s", exc)
+                    continue
+                if self._closed.is_set():
+                    connection.close()
+                    return
+                self._start_session(connection)
+        finally:
+            self._listener.close()
+
+    def _start_session(self, connection: Connection) -> None:
+        max_connections, max_frame_size, handshake_timeout = self._limits
+        with self._lock:
+            self._sessions = {s: t for s, t in self._sessions.items() if t.is_alive()}
+            live = sum(not s.evicted for s in self._sessions)
+            if live >= max_connections and not self._evict_unauthenticated():
+                logger.warning("broker: %d connections, refusing another", max_connections)
+                connection.close()
+                return
+            session = Session(
+                connection, self.service, authkey=self._authkey, registry=self._registry,
+                max_frame_size=max_frame_size, handshake_timeout=handshake_timeout)
+            thread = threading.Thread(
+                target=session.run, name=f"actorbus-broker-conn-{next(self._numbers)}")
+            self._sessions[session] = thread
+            thread.start()
+
+    def _evict_unauthenticated(self) -> bool:
+        """Full: make room by ending the oldest session still in its handshake (lock held).
+
+        Peers that never authenticate cannot lock a real client out: a client proves
+        its key in milliseconds, a silent flood is pushed out oldest first.
+        """
+        for session in self._sessions:  # insertion order: oldest first
+            if not session.authenticated and not session.evicted:
+                session.evicted = True  # its thread ends at once; close() still joins it
+                session.interrupt()
+                return True
+        return False
+
+    def _sweep_loop(self, interval: float) -> None:
+        while not self._closed.wait(interval):
+            self._end_overdue_handshakes()
+            try:
+                self.service.sweep()
+            except Exception:  # keep sweeping: one bad topic must not stop expiry
+                logger.exception("broker: sweep failed")
+
+    def _end_overdue_handshakes(self) -> None:
+        """End sessions still unauthenticated past their deadline (a partial frame)."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [s for s, t in self._sessions.items() if t.is_alive() and s.overdue(now)]
+        for session in overdue:
+            session.interrupt()
+
+    def _wake_acceptor(self) -> None:
+        host, port = self.address
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        try:
+            Client((host, port)).close()
+        except OSError as exc:  # cannot happen on a bound loopback port; say so if it does
+            logger.warning("broker: cannot wake the acceptor: %s", exc)
+
+    def __enter__(self) -> BusServer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "serving"
+        return f"<BusServer {self.address[0]}:{self.address[1]} {state}>"
+
+
+def serve(bus: Any, address: Address | str = DEFAULT_ADDRESS, *, authkey: bytes, **limits: Any) -> BusServer:
+    """Serve ``bus`` to other processes; the body of ``Bus.serve``.
+
+    Returns at once with the running `BusServer` (``server.address``, ``server.close()``).
+    See `BusServer` for ``limits`` and errors.
+    """
+    return BusServer(bus, address, authkey=authkey, **limits)

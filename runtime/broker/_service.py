@@ -1,0 +1,228 @@
+"""The operations a broker offers every connection: publish, stats, leases, staging.
+
+State shared by all connections lives here: the lease logs keyed by (topic, group,
+consumer) and the staging area keyed by (topic, producer, batch id). Operations of
+one connection (pull subscriptions and their deliveries) live in `Session`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from runtime.broker._lease_log import LeaseLog
+from runtime.broker._lease_record import COLUMNS, LeasedDelivery
+from runtime.broker._settle import ack_in_bulk
+from runtime.broker._staged_rows import StagedRows
+from runtime.broker._staging import StagingArea
+from runtime.core._message import Message
+from runtime.errors import TopicNotFoundError
+
+__all__ = ["BrokerService"]
+
+logger = logging.getLogger(__name__)
+
+_PUBLISH_CHUNK = 1000
+DEFAULT_PUBLISH_TIMEOUT = 60.0
+ERROR_REASON = "error"
+LEASE_PREFETCH = 1024
+
+LeaseKey = tuple[str, str, str]
+
+
+def fail_delivery(delivery: Any, error: str) -> None:
+    """Settle ``delivery`` like a handler that raised: category ``error``, text ``error``.
+
+    A delivery settled meanwhile (deadline, close) is left alone.
+    """
+    delivery._fail_if_pending(ERROR_REASON, error)
+
+
+def dead_letter(topic: Any, message: Message, error: str) -> None:
+    """Put a message that was never published into ``topic``'s dead letters (``error``)."""
+    topic._dead_letter(message, reason=ERROR_REASON, error=error)
+
+
+def join_group(topic: Any, group: str) -> Any:
+    """A pull member of ``group`` with a deep prefetch (the lease log drains it fast)."""
+    return topic.subscription(group=group, prefetch=LEASE_PREFETCH)
+
+
+class BrokerService:
+    """Bus operations shared by every connection of one server; thread-safe.
+
+    Args:
+        bus: the served `Bus`.
+        publish_timeout: bound of one batch publish (backpressure included).
+        clock: the time source of leases and stage expiry.
+    """
+
+    def __init__(
+        self,
+        bus: Any,
+        *,
+        publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._bus = bus
+        self._publish_timeout = publish_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._leases: dict[LeaseKey, LeaseLog] = {}
+        self._staging: StagingArea[StagedRows] = StagingArea(clock=clock)
+
+    def topic(self, name: str) -> Any:
+        """The served topic ``name`` (raises `TopicNotFoundError`)."""
+        return self._bus.topic(name)
+
+    def topics(self) -> list[str]:
+        """The served topic names."""
+        return list(self._bus.topics())
+
+    def stats(self, name: str | None = None) -> Any:
+        """``bus.stats()``, or one topic's stats."""
+        return self._bus.stats() if name is None else self._bus.topic(name).stats()
+
+    def publish(
+        self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> str:
+        """``topic.publish``; returns the message id."""
+        report = self._bus.topic(name).publish(message, key=key, attributes=attributes, timeout=timeout)
+        return str(report.message_id)
+
+    def dead_letters(self, name: str) -> list[Any]:
+        """A snapshot of topic ``name``'s dead letters, oldest first."""
+        return list(self._bus.dead_letters(name))
+
+    def drain_dead_letters(self, name: str) -> list[Any]:
+        """Empty topic ``name``'s dead letters; returns what they held, oldest first."""
+        return list(self._bus.dead_letters(name).drain())
+
+    def replay_dead_letters(self, name: str, target: str | None) -> int:
+        """Republish topic ``name``'s dead letters (to ``target``, default the same topic)."""
+        return int(self._bus.dead_letters(name).replay(topic=target))
+
+    def publish_batch(self, name: str, messages: list[Message]) -> list[str]:
+        """Publish `Message` objects as one batch; returns their ids in order."""
+        if not all(type(m) is Message for m in messages):
+            raise TypeError("publish_batch takes a list of Message")
+        return self._publish_messages(self._bus.topic(name), messages)
+
+    def lease_position(self, name: str, group: str, consumer: str, lease_seconds: float) -> int:
+        """The consumer's first unacked offset (where a fresh query starts)."""
+        return self._lease(name, group, consumer, lease_seconds).position()
+
+    def lease_latest(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int,
+        max_rows: int | None,
+    ) -> int:
+        """Lease up to ``max_rows`` messages from ``start``; returns the end offset."""
+        return self._lease(name, group, consumer, lease_seconds).latest(start, max_rows)
+
+    def lease_fetch(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
+    ) -> dict[str, list[Any]]:
+        """The records of ``[start, end)`` as columns (the same on every call)."""
+        records = self._lease(name, group, consumer, lease_seconds).fetch(start, end)
+        columns = zip(*records, strict=True) if records else ((),) * len(COLUMNS)
+        return {column: list(values) for column, values in zip(COLUMNS, columns, strict=True)}
+
+    def lease_ack(self, name: str, group: str, consumer: str, lease_seconds: float, offset: int) -> int:
+        """Cumulative ack below ``offset``; returns the position."""
+        return self._lease(name, group, consumer, lease_seconds).ack(offset)
+
+    def lease_heartbeat(self, name: str, group: str, consumer: str, lease_seconds: float) -> None:
+        """Extend the consumer's leases."""
+        self._lease(name, group, consumer, lease_seconds).heartbeat()
+
+    def stage(self, name: str, producer: str, batch: str, part: Any, columns: Mapping[str, Any]) -> bool:
+        """Stage one part of rows; False when that batch is already committed."""
+        self._bus.topic(name)  # unknown topic: fail the write task, not the commit
+        return self._staging.stage((name, producer), batch, part, StagedRows.from_columns(columns))
+
+    def commit(self, name: str, producer: str, batch: str, parts: list[Any]) -> bool:
+        """Publish the listed parts of (producer, batch) once; False when already done."""
+        topic = self._bus.topic(name)
+        return self._staging.commit(
+            (name, producer), batch, parts, lambda staged: self._publish_rows(topic, staged)
+        )
+
+    def abort(self, name: str, producer: str, batch: str) -> int:
+        """Drop the stages of (producer, batch); returns the parts dropped."""
+        return self._staging.abort((name, producer), batch)
+
+    def sweep(self) -> None:
+        """Expire leases without a heartbeat and orphaned stages."""
+        with self._lock:
+            logs = list(self._leases.items())
+        for (name, _, _), log in logs:
+            if self._serves(name):
+                log.expire()
+            else:
+                self._forget(name)
+        self._staging.expire()
+
+    def close(self) -> None:
+        """Return every leased message to its group."""
+        with self._lock:
+            logs, self._leases = list(self._leases.values()), {}
+        for log in logs:
+            log.close()
+
+    def _serves(self, name: str) -> bool:
+        try:
+            return not self._bus.topic(name).closed
+        except TopicNotFoundError:
+            return False
+
+    def _forget(self, name: str) -> None:
+        """Drop the lease logs of a removed or closed topic."""
+        with self._lock:
+            gone = [key for key in self._leases if key[0] == name]
+            logs = [self._leases.pop(key) for key in gone]
+        for log in logs:
+            log.close()
+
+    def _lease(self, name: str, group: str, consumer: str, lease_seconds: float) -> LeaseLog:
+        key = (name, group, consumer)
+        with self._lock:
+            log = self._leases.get(key)
+            if log is None:
+                topic = self._bus.topic(name)
+                log = LeaseLog(
+                    subscribe=lambda: join_group(topic, group),
+                    reject=_reject_delivery,
+                    lease_seconds=float(lease_seconds),
+                    ack_many=ack_in_bulk,
+                    clock=self._clock,
+                )
+                self._leases[key] = log
+            return log
+
+    def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
+        batch: list[Message] = []
+        for rows in staged:
+            batch += rows.messages
+            for message, error in rows.rejected:
+                dead_letter(topic, message, error)
+        self._publish_messages(topic, batch)
+
+    def _publish_messages(self, topic: Any, messages: list[Message]) -> list[str]:
+        futures: list[Future[list[str]]] = [
+            topic._publish_batch(messages[i:i + _PUBLISH_CHUNK])
+            for i in range(0, len(messages), _PUBLISH_CHUNK)
+        ]
+        deadline = self._clock() + self._publish_timeout
+        ids: list[str] = []
+        for future in futures:
+            ids += future.result(timeout=max(deadline - self._clock(), 0.0))
+        return ids
+
+
+def _reject_delivery(delivery: LeasedDelivery, error: str) -> None:
+    fail_delivery(delivery, error)

@@ -1,0 +1,111 @@
+"""``actorbus stats`` and ``actorbus dlq``: inspect a served bus through ``runtime.connect``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from multiprocessing import AuthenticationError
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from runtime.broker._remote import connect as connect_remote
+from runtime.cli._endpoint import CliError, add_endpoint_arguments, address, authkey
+
+__all__ = ["add_remote_commands", "connect"]
+
+# The table's columns (--json has every counter).
+_STATS_COLUMNS = {"published": "published", "delivered": "delivered", "nacked": "nacked",
+                  "timed_out": "timed out", "dead_lettered": "dead", "pending": "pending"}
+
+
+def add_remote_commands(commands: Any) -> None:
+    """Register ``stats`` and ``dlq`` on the ``commands`` subparsers."""
+    stats = commands.add_parser(
+        "stats", help="show the topic stats of a served broker",
+        description="Print every topic's counters from a broker started with 'actorbus serve'.")
+    add_endpoint_arguments(stats, serving=False)
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(run=run_stats)
+    dlq = commands.add_parser(
+        "dlq", help="list, drain or replay a topic's dead letters on a served broker",
+        description="Show TOPIC's dead letters (oldest first). --drain removes them; "
+        "--replay republishes them to TOPIC.")
+    dlq.add_argument("topic", metavar="TOPIC", help="the topic whose dead letters to inspect")
+    add_endpoint_arguments(dlq, serving=False)
+    action = dlq.add_mutually_exclusive_group()
+    action.add_argument("--drain", action="store_true", help="remove them and print what was removed")
+    action.add_argument("--replay", action="store_true", help="republish them (oldest first) and remove them")
+    dlq.set_defaults(run=run_dlq)
+
+
+def connect(args: argparse.Namespace) -> Any:
+    """A `RemoteBus` for ``--address``/``--authkey-env`` (the caller closes it).
+
+    Raises:
+        CliError: the broker refused the key.
+        ConnectionError: the broker is unreachable.
+    """
+
+    key, where = authkey(args.authkey_env), address(args.address)
+    try:
+        return connect_remote(where, authkey=key)
+    except AuthenticationError:
+        raise CliError(f"the broker at {args.address} refused the key in ${args.authkey_env}") from None
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """Print the stats of every served topic."""
+    with connect(args) as remote:
+        stats = remote.stats()
+    if args.json:
+        print(json.dumps({name: dataclasses.asdict(s) for name, s in stats.items()}, indent=2))
+        return 0
+    table = Table(title=f"topics on {args.address}", title_justify="left")
+    table.add_column("topic", no_wrap=True)
+    for header in _STATS_COLUMNS.values():
+        table.add_column(header, justify="right")
+    for name, snapshot in stats.items():
+        table.add_row(name, *(f"{getattr(snapshot, field):,}" for field in _STATS_COLUMNS))
+    Console().print(table)
+    return 0
+
+
+def run_dlq(args: argparse.Namespace) -> int:
+    """List, drain or replay ``args.topic``'s dead letters."""
+    with connect(args) as remote:
+        remote.topic(args.topic)  # TopicNotFoundError before anything else
+        queue = _dead_letters(remote, args.topic)
+        if args.replay:
+            print(f"replayed {queue.replay()} dead letter(s) to {args.topic}")
+            return 0
+        letters = queue.drain() if args.drain else list(queue)
+    Console().print(_letters_table(args.topic, letters))
+    print(f"{'drained' if args.drain else 'listed'} {len(letters)} dead letter(s) of {args.topic}")
+    return 0
+
+
+def _dead_letters(remote: Any, topic: str) -> Any:
+    if not hasattr(remote, "dead_letters"):
+        raise CliError("this broker client has no dead-letter operations (RemoteBus.dead_letters)")
+    return remote.dead_letters(topic)
+
+
+def _letters_table(topic: str, letters: list[Any]) -> Table:
+    table = Table(title=f"dead letters of {topic}", title_justify="left")
+    for column in ("message id", "reason", "error", "group", "attempts", "at", "message"):
+        table.add_column(column)
+    for letter in letters:
+        at = time.strftime("%H:%M:%S", time.localtime(letter.at))
+        table.add_row(letter.message_id, letter.reason, letter.error or "", letter.group or "",
+                      str(letter.attempts), at, _preview(letter.message))
+    return table
+
+
+def _preview(message: Any) -> str:
+    data = getattr(message, "data", message)
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else repr(data)
+    return text if len(text) <= 60 else text[:57] + "..."

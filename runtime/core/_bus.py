@@ -1,0 +1,194 @@
+"""The Bus: a set of named topics on one ActorSystem, with one timer thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from actors import ActorSystem, Event
+from runtime.core._outcome import PublishReport
+from runtime.core._settings import TopicSettings
+from runtime.core._stats import TopicStats
+from runtime.core._timer import Timer
+from runtime.core._topic import Topic
+from runtime.core.settlement._dead_letters import DeadLetterQueue
+
+if TYPE_CHECKING:
+    from runtime.broker._server import BusServer
+from runtime.errors import (
+    InvalidSettingsError,
+    TopicClosedError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+
+__all__ = ["Bus"]
+
+
+class Bus:
+    """Named topics sharing an `ActorSystem` (its own unless one is given) and a timer.
+
+    Use as a context manager, or call `close`.
+
+    Args:
+        system: run the actors here (the bus then never shuts it down).
+        defaults: settings every `create_topic` starts from.
+        clock: time source for ack deadlines (injectable for tests).
+        sleep: the throttle's sleep (injectable for tests).
+    """
+
+    def __init__(
+        self, *, system: ActorSystem | None = None, defaults: TopicSettings | None = None,
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
+        self._owns_system = system is None
+        self._system = ActorSystem("actorbus") if system is None else system
+        self._defaults = TopicSettings() if defaults is None else defaults
+        self._clock = clock
+        self._sleep = sleep
+        self._prefix = "bus" if self._owns_system else f"bus-{id(self):x}"
+        self._timer = Timer(clock=clock, name=f"{self._prefix}-timer")
+        self._topics: dict[str, Topic[Any]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._servers: list[BusServer] = []
+        self._unwatch = self._system.events.subscribe(self._on_event)
+
+    def __enter__(self) -> Bus:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Bus(topics={self.topics()!r}, closed={self._closed})"
+
+    @property
+    def system(self) -> ActorSystem:
+        """The actor system the topics run on."""
+        return self._system
+
+    @property
+    def defaults(self) -> TopicSettings:
+        """The settings every new topic starts from."""
+        return self._defaults
+
+    def create_topic(self, name: str, **settings: Any) -> Topic[Any]:
+        """Create topic ``name``: the bus defaults with ``settings`` applied, validated.
+
+        Raises:
+            InvalidSettingsError: empty name, unknown setting or a value out of range.
+            UnsupportedPolicyError: the backend cannot honour a policy value.
+            TopicExistsError: the name is taken.
+            TopicClosedError: the bus is closed.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidSettingsError("name", f"must be a non-empty str, got {name!r}")
+        with self._lock:
+            if self._closed:
+                raise TopicClosedError(name)
+            if name in self._topics:
+                raise TopicExistsError(name)
+            merged = self._defaults.merged(**settings)
+            merged.validate()
+            topic: Topic[Any] = Topic(
+                name, merged, system=self._system, timer=self._timer, resolve=self._resolve,
+                clock=self._clock, sleep=self._sleep, prefix=self._prefix,
+            )
+            self._topics[name] = topic
+            return topic
+
+    def topic(self, name: str) -> Topic[Any]:
+        """The topic called ``name``.
+
+        Raises:
+            TopicNotFoundError: no such topic.
+        """
+        try:
+            return self._topics[name]
+        except KeyError:
+            raise TopicNotFoundError(name) from None
+
+    def topics(self) -> list[str]:
+        """The topics' names, in creation order."""
+        return list(self._topics)
+
+    def remove_topic(self, name: str) -> None:
+        """Close topic ``name`` and stop its actors.
+
+        Raises:
+            TopicNotFoundError: no such topic.
+        """
+        with self._lock:
+            topic = self._topics.pop(name, None)
+        if topic is None:
+            raise TopicNotFoundError(name)
+        topic._shutdown()
+
+    def publish(self, name: str, message: Any, **options: Any) -> PublishReport:
+        """``bus.topic(name).publish(message, **options)``."""
+        return self.topic(name).publish(message, **options)
+
+    def dead_letters(self, name: str) -> DeadLetterQueue:
+        """The dead letters of topic ``name``."""
+        return self.topic(name).dead_letters
+
+    def stats(self) -> dict[str, TopicStats]:
+        """Every topic's stats, by name."""
+        return {name: topic.stats() for name, topic in list(self._topics.items())}
+
+    def serve(self, address: tuple[str, int] | str = ("127.0.0.1", 0), *, authkey: bytes,
+              **limits: Any) -> BusServer:
+        """Serve this bus to other processes: the broker endpoint (``runtime.broker``).
+
+        Binds loopback unless told otherwise; peers must pass the HMAC challenge with
+        ``authkey`` before any data. Does not block; the bus closes the server on close.
+        """
+        from runtime.broker._server import serve
+
+        server = serve(self, address, authkey=authkey, **limits)
+        with self._lock:
+            self._servers.append(server)
+        return server
+
+    def close(self) -> None:
+        """Close every topic, stop their actors and the timer; idempotent.
+
+        Shuts the actor system down only if the bus created it.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            topics = list(self._topics.values())
+            servers, self._servers = self._servers, []
+        self._unwatch()
+        for server in servers:
+            server.close()
+        for topic in reversed(topics):
+            topic._shutdown()
+        self._timer.stop()
+        if self._owns_system:
+            self._system.shutdown()
+
+    def _on_event(self, event: Event) -> None:
+        """The system's root supervisor gave up: every actor of every topic is gone.
+
+        Close the topics (pending messages are dead-lettered as ``closed``; publishing
+        raises `TopicClosedError`) rather than accept messages nobody will handle.
+        """
+        if event.kind != "escalated" or event.name != self._system.name:
+            return
+        with self._lock:
+            topics = list(self._topics.values())
+        for topic in topics:
+            topic.close()
+
+    def _resolve(self, topic: Any) -> Topic[Any]:
+        return topic if isinstance(topic, Topic) else self.topic(topic)

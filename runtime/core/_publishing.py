@@ -1,0 +1,250 @@
+"""The topic's publish path (closed, type, throttle, max_pending, fan-out) for publishes and batches."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from actors import Ref
+from runtime.core._envelope import MESSAGE_ID, Envelope
+from runtime.core._message import Message, parts_of
+from runtime.core._outcome import Outcome, PublishReport
+from runtime.core._settings import TopicSettings
+from runtime.core.settlement._delivery import Delivery
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._ring import Ring
+from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
+
+__all__ = ["GroupHandle", "PublishPath"]
+
+# Times a publisher yields the GIL before overwriting unread broadcast entries.
+_LAG_YIELDS = 3
+
+
+class GroupHandle:
+    """What publishers need of a balanced group: its name, actor and room."""
+
+    __slots__ = ("gate", "name", "ref")
+
+    def __init__(self, name: str, ref: Ref, gate: Gate) -> None:
+        self.name = name
+        self.ref = ref
+        self.gate = gate
+
+
+class PublishPath:
+    """Runs the guard chain in the calling thread (a user's, or the topic actor's).
+
+    Args:
+        topic: the topic's name.
+        settings: the topic's settings.
+        ledger: the topic's books.
+        ring: the topic's broadcast ring.
+        groups: returns a snapshot of the balanced groups.
+        sleep: the throttle's sleep (injectable for tests).
+    """
+
+    def __init__(
+        self, *, topic: str, settings: TopicSettings, ledger: Ledger, ring: Ring,
+        groups: Callable[[], list[GroupHandle]], sleep: Callable[[float], Any],
+    ) -> None:
+        self._topic = topic
+        self._settings = settings
+        self._ledger = ledger
+        self._ring = ring
+        self._groups = groups
+        self._sleep = sleep
+        self._seqs = itertools.count(1)
+        self._block = settings.balanced_on_full == "block"
+
+    def check(self, messages: list[Any]) -> None:
+        """Steps 1-2: the closed guard, then the type check of every message."""
+        if self._ledger.closed:
+            raise TopicClosedError(self._topic)
+        expected = self._settings.message_type
+        if expected is None:
+            return
+        for message in messages:
+            if isinstance(message, expected):
+                continue
+            if isinstance(message, Message) and isinstance(message.data, expected):
+                continue
+            raise MessageTypeError(self._topic, expected.__qualname__, type(message).__qualname__)
+
+    def check_datas(self, datas: list[bytes]) -> None:
+        """Steps 1-2 for Publisher messages given by their data."""
+        if self._ledger.closed:
+            raise TopicClosedError(self._topic)
+        expected = self._settings.message_type
+        if expected is None or issubclass(Message, expected):
+            return
+        for data in datas:
+            if not isinstance(data, expected):
+                raise MessageTypeError(self._topic, expected.__qualname__, "Message")
+
+    def admit(self, deadline: float | None) -> bool:
+        """Steps 3-4: throttle, then wait for a ``max_pending`` slot; True if one was taken."""
+        settings, ledger = self._settings, self._ledger
+        max_pending = settings.max_pending
+        if max_pending is None:
+            return False
+        if settings.throttle:
+            ratio = (max_pending - ledger.pending) / max_pending
+            if 0 < ratio <= settings.throttle:
+                self._sleep(1 / (max_pending * ratio))
+                ledger.count("throttled")
+        ledger.take_slot(max_pending, deadline)
+        return True
+
+    def envelope(self, payload: Any, key: str | None, attributes: dict[str, str]) -> Envelope:
+        """Accept one plain message: give it a sequence number and an id."""
+        seq = next(self._seqs)
+        return (seq, str(seq), payload, key or None, attributes, self._topic, None)
+
+    def envelopes(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> list[Envelope]:
+        """Accept Publisher messages: a new id each, and the publish time (stamped lazily)."""
+        now, seqs, topic = time.time(), self._seqs, self._topic
+        return [
+            (seq, str(seq), data, key, attrs, topic, now)
+            for data, attrs, key, seq in zip(datas, attributes, keys, seqs, strict=False)
+        ]
+
+    def publish_one(
+        self, message: Any, key: str | None, attributes: dict[str, str] | None,
+        timeout: float | None,
+    ) -> PublishReport:
+        """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
+        self.check([message])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._ledger.count("published")
+        try:
+            slotted = self.admit(deadline)
+            envelope = self.envelope(message, key, dict(attributes) if attributes else {})
+            future: Future[Outcome] = Future()
+            balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
+        except (WouldBlock, TopicClosedError):
+            # Refused while waiting (nothing of it was sent): it never entered the topic.
+            self._ledger.count("published", -1)
+            raise
+        return PublishReport(envelope[MESSAGE_ID], balanced, broadcast, future)
+
+    def publish_messages(self, messages: list[Message]) -> list[str]:
+        """`publish_parts` for prepared `Message` objects (an empty key is no key)."""
+        return self.publish_parts(*parts_of(messages))
+
+    def refuse(self, message: Message, reason: str, error: str | None) -> None:
+        """Dead-letter a Publisher message refused on its way in, under an id of its own."""
+        envelope = self.envelopes(*parts_of([message]))[0]
+        self._ledger.dead_letter_refused(envelope, reason, error)
+
+    def publish_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> list[str]:
+        """A Publisher batch, as parallel lists: the whole chain for each message.
+
+        Returns the ids in order. Blocks on backpressure (no bound; closing the topic
+        wakes it).
+        """
+        self.check_datas(datas)
+        if self._settings.max_pending is None:
+            envelopes = self.envelopes(datas, attributes, keys)
+            size = self._settings.balanced_capacity
+            for start in range(0, len(envelopes), size):
+                self._send_counted(envelopes[start:start + size], admit=False)
+            return [e[MESSAGE_ID] for e in envelopes]
+        ids = []
+        for index in range(len(datas)):
+            envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
+                                       keys[index:index + 1])
+            self._send_counted(envelopes, admit=True)
+            ids.append(envelopes[0][MESSAGE_ID])
+        return ids
+
+    def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
+        """Count ``envelopes`` as published and fan them out (taking a ``max_pending``
+        slot first when ``admit``); a refusal (closed) takes the count back."""
+        self._ledger.count("published", len(envelopes))
+        try:
+            self.fan_out(envelopes, None, self.admit(None) if admit else False, None)
+        except (WouldBlock, TopicClosedError):
+            self._ledger.count("published", -len(envelopes))  # refused whole: never entered
+            raise
+
+    def fan_out(
+        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None,
+        slotted: bool, deadline: float | None,
+    ) -> tuple[dict[str, str], int]:
+        """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
+        groups = self._groups()
+        admitted = self._take_room(groups, len(envelopes), slotted, deadline)
+        for _ in range(_LAG_YIELDS):
+            if not self._ring.would_lag(len(envelopes)):
+                break
+            time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
+        try:
+            with self._ring.lock:
+                subscribers = self._ring.subscriber_count
+                if not groups and not subscribers:
+                    self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
+                    return {}, 0
+                self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted)
+                lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
+        except BaseException:
+            for group, taken in zip(groups, admitted, strict=True):
+                if taken > 0:
+                    group.gate.release(taken)
+            raise
+        for wake in wakes:
+            wake()
+        settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged]
+        balanced = self._enqueue(groups, admitted, envelopes, settled)
+        if settled:
+            self._ledger.settle(settled)
+        return balanced, subscribers
+
+    def _take_room(
+        self, groups: list[GroupHandle], count: int, slotted: bool, deadline: float | None,
+    ) -> list[int]:
+        """Room per group: ``count``, fewer (drop_newest), or -1 (the group is gone)."""
+        admitted: list[int] = []
+        try:
+            for group in groups:
+                if self._block:
+                    admitted.append(count if group.gate.acquire(count, deadline) else -1)
+                else:
+                    admitted.append(group.gate.try_acquire(count))
+                if admitted[-1] < 0 and self._ledger.closed:
+                    raise TopicClosedError(self._topic)
+        except BaseException:
+            for group, taken in zip(groups, admitted, strict=False):
+                if taken > 0:
+                    group.gate.release(taken)
+            if slotted:
+                self._ledger.release_slots(count)
+            raise
+        return admitted
+
+    def _enqueue(
+        self, groups: list[GroupHandle], admitted: list[int], envelopes: list[Envelope],
+        settled: list[Delivery[Any]],
+    ) -> dict[str, str]:
+        balanced = {}
+        for group, taken in zip(groups, admitted, strict=True):
+            if taken == len(envelopes):
+                group.ref.tell(envelopes)
+                balanced[group.name] = "enqueued"
+                continue
+            if taken > 0:
+                group.ref.tell(envelopes[:taken])
+            reason = "dropped" if taken >= 0 else "unsubscribed"
+            settled.extend(
+                Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]
+            )
+            balanced[group.name] = "dropped"
+        return balanced

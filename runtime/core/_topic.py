@@ -1,0 +1,297 @@
+"""A topic: the publish entry point and the handle on its subscribers and books."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from actors import ActorSystem, Ref
+from actors.errors import ActorError
+from runtime.core._message import Message, parts_of
+from runtime.core._outcome import PublishReport
+from runtime.core._publishing import PublishPath
+from runtime.core._settings import TopicSettings
+from runtime.core._stats import TopicStats
+from runtime.core._timer import Timer
+from runtime.core._topic_actor import PublishBatch, TopicActor
+from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
+from runtime.core.settlement._delivery import Delivery
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.settlement._tracker import SWEEP, TICK, TrackerActor
+from runtime.core.subscribers._member import Handler
+from runtime.core.subscribers._ring import Ring
+from runtime.core.subscribers._subscribers import Subscribers
+from runtime.core.subscribers._subscription import PullSubscription, Subscription
+from runtime.errors import InvalidSettingsError, TopicClosedError
+
+if TYPE_CHECKING:
+    from runtime.publisher._publisher import Publisher
+
+__all__ = ["Topic"]
+
+T = TypeVar("T")
+_STOP_TIMEOUT = 5.0
+
+
+class Topic(Generic[T]):
+    """A named stream of messages with balanced groups and broadcast subscribers.
+
+    Made by `Bus.create_topic`. Publishing runs in the caller's thread; the topic's
+    tracker, groups and subscribers are actors in the bus's `ActorSystem`.
+    """
+
+    def __init__(
+        self, name: str, settings: TopicSettings, *, system: ActorSystem, timer: Timer,
+        resolve: Callable[[Any], Topic[Any]], clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = time.sleep, prefix: str = "bus",
+    ) -> None:
+        self._name = name
+        self._settings = settings
+        self._system = system
+        self._clock = clock
+        self._publishers: list[Publisher] = []
+        self._resolve = resolve
+        self._prefix = f"{prefix}/{name}"
+        self._dead_letters = DeadLetterQueue(
+            limit=settings.dead_letter_limit, replayer=self._replayer,
+        )
+        self._ledger = ledger = Ledger(
+            topic=name, ack_timeout=settings.ack_timeout,
+            max_attempts=settings.max_delivery_attempts,
+            dead_letters=self._dead_letters, clock=clock,
+        )
+        self._ring = Ring(settings.broadcast_capacity, name)
+        self._tracker = tracker = system.spawn(TrackerActor, ledger, name=f"{self._prefix}/tracker")
+        self._subscribers = Subscribers(
+            topic=name, settings=settings, system=system, ledger=ledger, ring=self._ring,
+            tracker=tracker, prefix=self._prefix,
+        )
+        ledger.bind(
+            schedule=lambda when: timer.schedule(when, lambda: tracker.tell(TICK)),
+            redeliver=self._subscribers.redeliver,
+        )
+        self._path = PublishPath(
+            topic=name, settings=settings, ledger=ledger, ring=self._ring,
+            groups=self._subscribers.handles, sleep=sleep,
+        )
+        self._actor: Ref = system.spawn(TopicActor, self._path, name=f"{self._prefix}/topic")
+        self._state_lock = threading.Lock()
+        self._torn_down = False
+
+    def __repr__(self) -> str:
+        return f"Topic(name={self._name!r}, closed={self.closed})"
+
+    @property
+    def name(self) -> str:
+        """The topic's name."""
+        return self._name
+
+    @property
+    def settings(self) -> TopicSettings:
+        """The topic's settings (after the bus defaults cascaded)."""
+        return self._settings
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._ledger.closed
+
+    @property
+    def dead_letters(self) -> DeadLetterQueue:
+        """The topic's dead letters."""
+        return self._dead_letters
+
+    def publish(
+        self, message: T, *, key: str | None = None, attributes: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> PublishReport:
+        """Publish one message to every balanced group and broadcast subscriber.
+
+        Blocks on the throttle, on ``max_pending`` and on a full ``block`` group, each
+        wait bounded by ``timeout`` seconds (None: unbounded).
+
+        Returns:
+            An enqueue-time `PublishReport`; its ``outcome`` resolves once all settled.
+
+        Raises:
+            TopicClosedError: the topic is closed (also when it closes while waiting).
+            MessageTypeError: ``message`` is not an instance of ``message_type``.
+            WouldBlock: ``timeout`` passed while waiting.
+        """
+        return self._path.publish_one(message, key, attributes, timeout)
+
+    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
+        """`_publish_parts` for prepared `Message` objects (an empty key is no key)."""
+        return self._publish_parts(*parts_of(messages))
+
+    def _publish_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> Future[list[str]]:
+        """Publish a Publisher batch, as parallel lists, in one mailbox message.
+
+        Never blocks. The future resolves with the ids in order once every message was
+        accepted, or fails (nothing of the batch delivered for a closed topic or a
+        type error).
+        """
+        future: Future[list[str]] = Future()
+        with self._state_lock:
+            if self._ledger.closed or self._torn_down:
+                future.set_exception(TopicClosedError(self._name))
+            else:
+                self._actor.tell(PublishBatch(datas, attributes, keys, future))
+        return future
+
+    def publisher(self, **options: Any) -> Publisher:
+        """A batching `Publisher` for this topic (options: see `runtime.Publisher`).
+
+        Its actor runs in the bus's system; the topic closes it when it shuts down.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+        """
+        from runtime.publisher._publisher import Publisher
+
+        self._check_open()
+        options.setdefault("clock", self._clock)
+        publisher = Publisher(self, system=self._system, **options)
+        with self._state_lock:
+            self._publishers.append(publisher)
+        return publisher
+
+    def subscribe(
+        self, handler: Handler, *, group: str | None = None, workers: int = 0,
+        auto_ack: bool = False,
+    ) -> Subscription:
+        """Attach ``handler(delivery)``: a broadcast subscriber, or a member of ``group``.
+
+        With ``workers=N`` (needs a group) the handler runs in N worker processes.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+        """
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise InvalidSettingsError("workers", f"must be an int >= 0, got {workers!r}")
+        if workers and group is None:
+            raise InvalidSettingsError("workers", "process workers need a group")
+        self._check_open()
+        if workers and group is not None:
+            return self._subscribers.subscribe_workers(handler, group, auto_ack, workers)
+        return self._subscribers.subscribe(handler, group, auto_ack)
+
+    def subscription(self, *, group: str | None = None, prefetch: int = 1) -> PullSubscription[T]:
+        """A pull subscription: a broadcast reader (``group=None``) or a group member.
+
+        ``prefetch`` (group members): how many deliveries the group may hand this member
+        ahead of ``receive``; their ack deadlines run from that hand-over.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+            InvalidSettingsError: ``prefetch`` is not an int >= 1.
+        """
+        self._check_open()
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise InvalidSettingsError("prefetch", f"must be an int >= 1, got {prefetch!r}")
+        return self._subscribers.subscription(group, prefetch)
+
+    def _sync(self, timeout: float | None = 5.0) -> None:
+        """Return once every settlement made before the call has been applied to the stats.
+
+        Settlements reach the tracker actor by mail; it answers asks in mailbox order.
+        """
+        self._tracker.ask(None, timeout=timeout).result(timeout)
+
+    def _dead_letter(self, message: Message, *, reason: str, error: str | None) -> None:
+        """Put a message refused on its way in (a Spark row flagged by its error column)
+        into the dead letters with an id of its own; it counts as published and nacked."""
+        self._check_open()
+        self._path.refuse(message, reason, error)
+
+    def create_group(self, name: str) -> None:
+        """Create balanced group ``name`` with no members yet (messages wait in it)."""
+        self._check_open()
+        self._subscribers.create_group(name)
+
+    def groups(self) -> list[str]:
+        """The balanced groups' names."""
+        return self._subscribers.names()
+
+    def delete_group(self, name: str) -> None:
+        """Remove a group; what waits in it is dead-lettered ``unsubscribed``."""
+        self._subscribers.delete_group(name)
+
+    def stats(self) -> TopicStats:
+        """A snapshot of the counters."""
+        return self._ledger.stats()
+
+    def reset_stats(self) -> None:
+        """Zero the counters (``pending`` is a gauge and stays)."""
+        self._ledger.reset_stats()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until no message is pending; False if ``timeout`` passed first."""
+        return self._ledger.wait_idle(timeout)
+
+    def close(self) -> None:
+        """Close: refuse publishes and subscribes, force-nack what is pending (``closed``).
+
+        Idempotent. Wakes blocked publishers (they raise `TopicClosedError`). Returns
+        once queued and handed-over deliveries are dead-lettered; subscribers and dead
+        letters are kept.
+        """
+        with self._state_lock:
+            if self._ledger.closed:
+                return
+            self._ledger.close()
+        unread = self._ring.close()
+        if unread:
+            self._ledger.settle(
+                [Delivery.settled(e, sid, None, 0, "closed") for sid, e in unread]
+            )
+        self._subscribers.close()
+        try:
+            self._tracker.ask(SWEEP, timeout=_STOP_TIMEOUT).result(_STOP_TIMEOUT)
+        except ActorError:  # the tracker is gone (its system gave up): sweep the books here
+            self._ledger.sweep("closed")
+
+    def _shutdown(self, timeout: float = _STOP_TIMEOUT) -> None:
+        """Close, then stop every actor of the topic (subscribers first, tracker last)."""
+        with self._state_lock:
+            publishers, self._publishers = self._publishers, []
+        deadline = time.monotonic() + timeout  # one budget for all publishers' flushes
+        for publisher in publishers:
+            try:
+                publisher.close(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:
+                continue
+        self.close()
+        with self._state_lock:
+            if self._torn_down:
+                return
+            self._torn_down = True
+        self._subscribers.stop_pools(timeout)
+        for ref in [*self._subscribers.refs(), self._actor, self._tracker]:
+            try:
+                ref.stop(timeout=timeout)
+            except Exception:
+                continue
+
+    def _check_open(self) -> None:
+        if self._ledger.closed:
+            raise TopicClosedError(self._name)
+
+    def _replayer(self, topic: Any) -> Callable[[DeadLetter], None]:
+        target = self if topic is None else self._resolve(topic)
+        target._check_open()
+        return target._republish
+
+    def _republish(self, dead_letter: DeadLetter) -> None:
+        message = dead_letter.message
+        if isinstance(message, Message):
+            self._path.publish_messages([message])
+        else:
+            self.publish(message, key=dead_letter.key, attributes=dead_letter.attributes)

@@ -1,0 +1,8 @@
+"""What happens to a delivery once it is handed over.
+
+- ``_delivery``: the `Delivery` a handler acks or nacks.
+- ``_ledger``, ``_tracker``: the per-topic books of what is pending and the tracker actor that
+  aggregates acks into each publish's `Outcome`.
+- ``_deadlines``: ack deadlines and redelivery.
+- ``_dead_letters``: the bounded dead-letter queue and replay.
+"""

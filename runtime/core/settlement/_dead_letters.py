@@ -1,0 +1,164 @@
+"""Dead letters: settlements that failed for good, kept per topic for inspection and replay."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, message_of
+from runtime.core.settlement._delivery import Delivery
+
+__all__ = ["DeadLetter", "DeadLetterQueue", "dead_letter_of"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message one destination failed to settle for good.
+
+    Attributes:
+        message: the published message.
+        message_id: its id.
+        topic: the topic's name.
+        subscriber_id: the subscription that had it last (-1: none, e.g. dropped).
+        group: the balanced group's name, or None.
+        reason: ``nack``, ``timeout``, ``no_subscribers``, ``dropped``, ``lagged``,
+            ``closed``, ``error``, ``worker_crashed`` or ``unsubscribed``.
+        error: free text (the nack's text, the handler's exception), or None.
+        attempts: delivery attempts made.
+        at: ``time.time()`` when it was dead-lettered.
+        key: the message's ordering key (kept for `DeadLetterQueue.replay`).
+        attributes: the message's attributes (kept for replay).
+    """
+
+    message: Any
+    message_id: str
+    topic: str
+    subscriber_id: int
+    group: str | None
+    reason: str
+    error: str | None
+    attempts: int
+    at: float
+    key: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+def dead_letter_of(delivery: Delivery[Any], topic: str) -> DeadLetter:
+    """The dead letter of a delivery that failed for good (its failure is set)."""
+    envelope, handover = delivery._envelope, delivery._handover
+    reason, error, _ = delivery._failure
+    return DeadLetter(
+        message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=topic,
+        subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,
+        error=error, attempts=delivery._attempt, at=time.time(), key=envelope[KEY],
+        attributes=envelope[ATTRIBUTES],
+    )
+
+
+class DeadLetterQueue:
+    """A topic's dead letters, oldest first; bounded by ``limit`` (newest kept).
+
+    Thread-safe. The owning topic provides ``replayer``: given ``replay``'s ``topic``
+    argument it returns the function that publishes one dead letter there.
+
+    Args:
+        limit: how many to keep (None: unbounded); evictions are counted in `evicted`.
+        replayer: ``replayer(topic) -> republish(dead_letter)``.
+    """
+
+    def __init__(
+        self, *, limit: int | None = None,
+        replayer: Callable[[Any], Callable[[DeadLetter], None]] | None = None,
+    ) -> None:
+        self._items: deque[DeadLetter] = deque(maxlen=limit)
+        self._lock = threading.Lock()
+        self._callback: Callable[[DeadLetter], Any] | None = None
+        self._replayer = replayer
+        self._evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[DeadLetter]:
+        """Iterate over a snapshot, oldest first; removes nothing."""
+        with self._lock:
+            items = list(self._items)
+        return iter(items)
+
+    def __repr__(self) -> str:
+        return f"DeadLetterQueue(len={len(self)}, evicted={self._evicted})"
+
+    @property
+    def evicted(self) -> int:
+        """How many dead letters the limit pushed out."""
+        return self._evicted
+
+    def drain(self) -> list[DeadLetter]:
+        """Empty the queue, then return what it held, oldest first."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def clear(self) -> None:
+        """Drop every dead letter."""
+        with self._lock:
+            self._items.clear()
+
+    def on_dead_letter(self, callback: Callable[[DeadLetter], Any] | None) -> None:
+        """Call ``callback(dead_letter)`` for each new one (replaces the previous; None: off).
+
+        The callback runs in the thread that dead-letters (usually the tracker actor's);
+        it must not block. Its exceptions are logged and ignored.
+        """
+        self._callback = callback
+
+    def replay(self, *, topic: Any = None) -> int:
+        """Drain and republish every dead letter, oldest first; return the count.
+
+        Blocks while the target topic applies its backpressure.
+
+        Args:
+            topic: a `Topic` or a topic name (default: the topic these came from).
+
+        Raises:
+            TopicNotFoundError: no topic of that name.
+            TopicClosedError: the target topic is closed.
+        """
+        if self._replayer is None:
+            raise RuntimeError("this dead-letter queue has no topic to replay to")
+        republish = self._replayer(topic)
+        items = self.drain()
+        for index, item in enumerate(items):
+            try:
+                republish(item)
+            except BaseException:
+                self._restore(items[index:])
+                raise
+        return len(items)
+
+    def append(self, dead_letter: DeadLetter) -> Callable[[DeadLetter], Any] | None:
+        """Store one; return the callback to run for it (outside the caller's locks)."""
+        with self._lock:
+            if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
+                self._evicted += 1
+            self._items.append(dead_letter)
+        return self._callback
+
+    def notify(self, callback: Callable[[DeadLetter], Any], dead_letter: DeadLetter) -> None:
+        """Run ``callback`` for ``dead_letter``, logging what it raises."""
+        try:
+            callback(dead_letter)
+        except Exception:
+            logger.exception("on_dead_letter callback failed for %s", dead_letter.message_id)
+
+    def _restore(self, items: list[DeadLetter]) -> None:
+        with self._lock:
+            self._items.extendleft(reversed(items))

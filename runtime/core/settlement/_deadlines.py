@@ -1,0 +1,67 @@
+"""Ack deadlines of one topic's hand-overs, and when the timer must next wake the tracker."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+from runtime.core.settlement._delivery import HandOver
+
+__all__ = ["Deadlines"]
+
+
+class Deadlines:
+    """Hand-over deadlines, oldest first. Not thread-safe: the ledger's lock guards it.
+
+    Deadlines are registered with a monotonic clock and one fixed timeout, so they only
+    grow: a FIFO is a priority queue here. A hand-over settled early stays in the FIFO
+    until it reaches the head; the ledger's ``live`` map tells which ones still count.
+
+    Args:
+        ack_timeout: seconds from hand-over to deadline (None: hand-overs have none).
+        clock: the time source.
+    """
+
+    def __init__(self, ack_timeout: float | None, clock: Callable[[], float] = time.monotonic,
+                 ) -> None:
+        self._ack_timeout = ack_timeout
+        self._clock = clock
+        self._queue: deque[tuple[float, int]] = deque()
+        self._wake_at: float | None = None
+
+    def add(self, handover: HandOver) -> float | None:
+        """Give ``handover`` (registered, with its id) its deadline.
+
+        Returns when the timer must wake the tracker, if it is not armed already.
+        """
+        if self._ack_timeout is None:
+            return None
+        handover.deadline = when = self._clock() + self._ack_timeout
+        self._queue.append((when, handover.id))
+        if self._wake_at is not None:
+            return None
+        self._wake_at = when
+        return when
+
+    def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:
+        """Remove and return the live hand-overs whose deadline passed (the timer fired).
+
+        Settled hand-overs met on the way are dropped. Call `rearm` afterwards.
+        """
+        self._wake_at = None
+        now, queue, expired = self._clock(), self._queue, []
+        while queue:
+            when, hid = queue[0]
+            handover = live.get(hid)
+            if handover is not None and when > now:
+                break
+            queue.popleft()
+            if handover is not None:
+                expired.append(handover)
+        return expired
+
+    def rearm(self) -> float | None:
+        """When the timer must next wake the tracker (None: nothing is waiting)."""
+        self._wake_at = self._queue[0][0] if self._queue else None
+        return self._wake_at

@@ -1,0 +1,275 @@
+"""A message handed to one subscriber, and the hand-over that settles it exactly once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any, Generic, Protocol, TypeVar
+
+from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, TOPIC, Envelope, message_of
+from runtime.errors import SettlementError
+
+__all__ = [
+    "ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink", "all_acked", "claim_all",
+    "handovers_of",
+]
+
+PENDING = "pending"
+ACKED = "acked"
+NACKED = "nacked"
+
+T = TypeVar("T")
+_get_ident = threading.get_ident
+
+
+class Sink(Protocol):
+    """Where settled deliveries go (the tracker's Ref, or a worker's reply list)."""
+
+    def tell(self, message: Any) -> None:
+        """Take one settled delivery or a list of them; never blocks."""
+
+
+class HandOver:
+    """A batch of deliveries handed to one subscriber at once.
+
+    ``pending`` maps each unsettled delivery's index to it. Claiming a delivery is
+    ``pending.pop(index, None)``: one atomic dict operation, so the subscriber's ack,
+    the deadline sweep and the close sweep race safely and exactly one of them wins.
+    While ``owner`` (a thread id) runs the handler, its settlements collect in
+    ``buffer`` and leave as one message; settlements from other threads go alone.
+
+    Args:
+        sink: where settlements go.
+        subscriber_id: the subscription the batch is for (-1: none).
+        group: the balanced group, or None for broadcast.
+    """
+
+    __slots__ = (
+        "buffer", "deadline", "group", "id", "live", "owner", "pending", "sink", "subscriber_id",
+    )
+
+    def __init__(self, sink: Sink | None, subscriber_id: int, group: str | None) -> None:
+        self.sink = sink
+        self.subscriber_id = subscriber_id
+        self.group = group
+        self.pending: dict[int, Delivery[Any]] = {}
+        self.buffer: list[Delivery[Any]] | None = None
+        self.owner = 0
+        self.id = 0
+        self.live = False
+        self.deadline = 0.0
+
+    def open_buffer(self) -> list[Delivery[Any]]:
+        """Start collecting this thread's settlements; returns the buffer."""
+        self.owner = _get_ident()
+        buffer: list[Delivery[Any]] = []
+        self.buffer = buffer
+        return buffer
+
+    def close_buffer(self) -> list[Delivery[Any]]:
+        """Stop collecting; later settlements go to the sink one by one."""
+        buffer = self.buffer or []
+        self.buffer = None
+        return buffer
+
+
+class Delivery(Generic[T]):
+    """One message handed to one subscriber; settle it with `ack` or `nack`.
+
+    Settling is thread-safe and happens once: a second settlement, or one after the
+    ack deadline or the topic's close, raises `SettlementError`.
+    """
+
+    # _failure (reason, error, timed_out) and _message are set only when needed.
+    __slots__ = ("_attempt", "_envelope", "_failure", "_handover", "_index", "_message", "_state")
+    _failure: tuple[str, str | None, bool]
+    _message: T
+
+    def __init__(self, envelope: Envelope, handover: HandOver, index: int, attempt: int) -> None:
+        self._envelope = envelope
+        self._handover = handover
+        self._index = index
+        self._attempt = attempt
+        self._state = PENDING
+
+    @classmethod
+    def settled(
+        cls, envelope: Envelope, subscriber_id: int, group: str | None, attempts: int,
+        reason: str, error: str | None = None,
+    ) -> Delivery[Any]:
+        """A delivery that never reached a subscriber, already nacked with ``reason``."""
+        delivery: Delivery[Any] = cls(envelope, HandOver(None, subscriber_id, group), 0, attempts)
+        delivery._set_nacked(reason, error)
+        return delivery
+
+    @property
+    def message(self) -> T:
+        """The published message (a `Message` when it came through a Publisher)."""
+        try:
+            message: T = self._message
+        except AttributeError:
+            self._message = message = message_of(self._envelope)
+        return message
+
+    @property
+    def message_id(self) -> str:
+        """The id the topic gave the message."""
+        return self._envelope[MESSAGE_ID]
+
+    @property
+    def topic(self) -> str:
+        """The topic's name."""
+        return self._envelope[TOPIC]
+
+    @property
+    def key(self) -> str | None:
+        """The ordering key; None when there is none (or it was empty)."""
+        return self._envelope[KEY]
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        """The message's string attributes."""
+        return self._envelope[ATTRIBUTES]
+
+    @property
+    def subscriber_id(self) -> int:
+        """The id of the subscription it was handed to (-1: none)."""
+        return self._handover.subscriber_id
+
+    @property
+    def group(self) -> str | None:
+        """The balanced group's name; None for a broadcast subscriber."""
+        return self._handover.group
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first delivery, then one more per redelivery."""
+        return self._attempt
+
+    @property
+    def state(self) -> str:
+        """``"pending"``, ``"acked"`` or ``"nacked"``."""
+        return self._state
+
+    @property
+    def reason(self) -> str | None:
+        """The nack's category (``"nack"``, ``"timeout"``, ``"error"``, ...), or None."""
+        failure = getattr(self, "_failure", None)
+        return None if failure is None else failure[0]
+
+    @property
+    def error(self) -> str | None:
+        """The nack's free text or the handler's exception text, or None."""
+        failure = getattr(self, "_failure", None)
+        return None if failure is None else failure[1]
+
+    @property
+    def pending(self) -> bool:
+        """True until settled."""
+        return self._state == PENDING
+
+    @property
+    def acked(self) -> bool:
+        """True once acked."""
+        return self._state == ACKED
+
+    @property
+    def nacked(self) -> bool:
+        """True once nacked, timed out or force-nacked by close."""
+        return self._state == NACKED
+
+    @property
+    def timed_out(self) -> bool:
+        """True only when the ack deadline expired it."""
+        failure = getattr(self, "_failure", None)
+        return failure is not None and failure[2]
+
+    def ack(self) -> None:
+        """Settle as processed. Never blocks.
+
+        Raises:
+            SettlementError: already settled (also by a timeout or the topic's close).
+        """
+        handover = self._handover
+        if handover.pending.pop(self._index, None) is None:
+            raise SettlementError(self._envelope[MESSAGE_ID], self._state)
+        self._state = ACKED
+        buffer = handover.buffer  # `_send`, inlined: acks are the hot path
+        if buffer is not None and handover.owner == _get_ident():
+            buffer.append(self)
+        else:
+            handover.sink.tell(self)  # type: ignore[union-attr]  # a claimed one has a sink
+
+    def nack(self, reason: str = "nack") -> None:
+        """Settle as failed; ``reason`` is free text kept as the dead letter's error.
+
+        Never blocks. The category is always ``"nack"``; a bare ``nack()`` has no text.
+
+        Raises:
+            SettlementError: already settled (also by a timeout or the topic's close).
+        """
+        if self._handover.pending.pop(self._index, None) is None:
+            raise SettlementError(self._envelope[MESSAGE_ID], self._state)
+        self._set_nacked("nack", None if reason == "nack" else reason)
+        self._send()
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(topic={self.topic!r}, message_id={self.message_id!r}, "
+            f"subscriber_id={self.subscriber_id}, attempt={self._attempt}, "
+            f"state={self._state!r})"
+        )
+
+    def _claim(self) -> bool:
+        return self._handover.pending.pop(self._index, None) is not None
+
+    def _set_nacked(self, reason: str, error: str | None, *, timed_out: bool = False) -> None:
+        self._failure = (reason, error, timed_out)
+        self._state = NACKED
+
+    def _send(self) -> None:
+        handover = self._handover
+        buffer = handover.buffer
+        if buffer is not None and handover.owner == _get_ident():
+            buffer.append(self)
+        else:
+            handover.sink.tell(self)  # type: ignore[union-attr]  # a claimed one has a sink
+
+    def _ack_if_pending(self) -> None:
+        """Ack unless something settled it already (auto-ack after the handler)."""
+        if self._handover.pending.pop(self._index, None) is not None:
+            self._state = ACKED
+            self._send()
+
+    def _fail_if_pending(self, reason: str, error: str | None) -> None:
+        """Nack with ``reason`` unless something settled it already."""
+        if self._claim():
+            self._set_nacked(reason, error)
+            self._send()
+
+    def _expire(self, reason: str) -> bool:
+        """Claim for a sweep (``"timeout"`` or ``"closed"``); False when already settled."""
+        if not self._claim():
+            return False
+        self._set_nacked(reason, None, timed_out=reason == "timeout")
+        return True
+
+
+_HANDOVER = attrgetter("_handover")
+_STATE = attrgetter("_state")
+
+
+def all_acked(deliveries: Sequence[Delivery[Any]]) -> bool:
+    """True when every one of ``deliveries`` is acked (one C-level pass)."""
+    return list(map(_STATE, deliveries)).count(ACKED) == len(deliveries)
+
+
+def handovers_of(deliveries: Sequence[Delivery[Any]]) -> set[HandOver]:
+    """The distinct hand-overs ``deliveries`` came in."""
+    return set(map(_HANDOVER, deliveries))
+
+
+def claim_all(handover: HandOver, reason: str) -> list[Delivery[Any]]:
+    """Expire every still-pending delivery of ``handover`` with ``reason``; the ones won."""
+    return [d for d in list(handover.pending.values()) if d._expire(reason)]

@@ -1,0 +1,304 @@
+"""The tracker's books: pending messages, their destinations, deadlines and stats.
+
+One `Ledger` per topic, guarded by one lock. Publishing threads reserve here
+synchronously (so a reservation always happens before the fan-out it covers); the
+tracker actor applies settlements, deadline expiries and the close sweep. Work that
+may call user code (outcome futures, dead-letter callbacks, redeliveries) is collected
+under the lock and run after it is released.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from runtime.core._envelope import SEQ, Envelope
+from runtime.core._outcome import Nack, Outcome, OutcomeTrack
+from runtime.core._stats import Counters, TopicStats
+from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
+from runtime.core.settlement._deadlines import Deadlines
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
+from runtime.errors import TopicClosedError, WouldBlock
+
+__all__ = ["Ledger"]
+
+# Failures a balanced delivery may be retried after, while attempts remain.
+_RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
+
+Effect = Callable[[], Any]
+
+
+class Ledger:
+    """Books of one topic. Thread-safe.
+
+    Args:
+        topic: the topic's name.
+        ack_timeout: seconds from hand-over to a delivery's deadline (None: none).
+        max_attempts: delivery attempts per balanced destination.
+        dead_letters: where failed settlements go.
+        clock: the time source for deadlines.
+    """
+
+    def __init__(
+        self, *, topic: str, ack_timeout: float | None, max_attempts: int,
+        dead_letters: DeadLetterQueue, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._topic = topic
+        self._max_attempts = max_attempts
+        self._dead_letters = dead_letters
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._counters = Counters()
+        self._tracks: dict[int, OutcomeTrack] = {}
+        self._live: dict[int, HandOver] = {}
+        self._handover_ids = itertools.count(1)
+        self._deadlines = Deadlines(ack_timeout, clock)
+        self._schedule: Callable[[float], None] = lambda when: None
+        self._redeliver: Callable[[Delivery[Any]], None] = lambda delivery: None
+        self.pending = 0
+        self.closed = False
+
+    def bind(
+        self, *, schedule: Callable[[float], None], redeliver: Callable[[Delivery[Any]], None],
+    ) -> None:
+        """Connect the timer (``schedule(when)``) and the groups (``redeliver``)."""
+        self._schedule = schedule
+        self._redeliver = redeliver
+
+    # -- publishing side ----------------------------------------------------------
+
+    def count(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to counter ``name`` (``published`` or ``throttled``)."""
+        with self._lock:
+            setattr(self._counters, name, getattr(self._counters, name) + amount)
+
+    def take_slot(self, max_pending: int, deadline: float | None) -> None:
+        """Wait until fewer than ``max_pending`` messages are pending, then take a slot.
+
+        Blocks until ``deadline`` (``time.monotonic()`` based; None: no bound).
+
+        Raises:
+            TopicClosedError: the topic closed (also while waiting).
+            WouldBlock: the deadline passed first.
+        """
+        with self._changed:
+            while not self.closed and self.pending >= max_pending:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WouldBlock(f"topic {self._topic!r} has {max_pending} pending messages")
+                self._changed.wait(remaining)
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            self.pending += 1
+
+    def release_slots(self, count: int) -> None:
+        """Give back slots taken by `take_slot` for messages that were not published."""
+        with self._changed:
+            self.pending -= count
+            self._changed.notify_all()
+
+    def reserve(
+        self, envelopes: list[Envelope], destinations: int,
+        futures: list[Future[Outcome]] | None, slotted: bool,
+    ) -> None:
+        """Count ``destinations`` pending settlements for each message, before any send.
+
+        Raises:
+            TopicClosedError: the topic closed; nothing was reserved (slots are released).
+        """
+        with self._changed:
+            if self.closed:
+                if slotted:
+                    self.pending -= len(envelopes)
+                    self._changed.notify_all()
+                raise TopicClosedError(self._topic)
+            if not slotted:
+                self.pending += len(envelopes)
+            if destinations > 1 or futures is not None:
+                tracks = self._tracks
+                for index, envelope in enumerate(envelopes):
+                    future = None if futures is None else futures[index]
+                    tracks[envelope[SEQ]] = OutcomeTrack(destinations, future)
+
+    def dead_letter_unrouted(
+        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None, slotted: bool,
+    ) -> None:
+        """Dead-letter messages published while the topic had no destination."""
+        effects: list[Effect] = []
+        outcome = Outcome(acked=False, nacks=(Nack("none", "no_subscribers"),))
+        with self._changed:
+            for envelope in envelopes:
+                self._counters.nacked += 1
+                self._bury(Delivery.settled(envelope, -1, None, 0, "no_subscribers"), effects)
+            if slotted:
+                self.pending -= len(envelopes)
+                self._changed.notify_all()
+        _run(effects)
+        for future in futures or ():
+            future.set_result(outcome)
+
+    def dead_letter_refused(self, envelope: Envelope, reason: str, error: str | None) -> None:
+        """Dead-letter a message refused on its way in (counts as published and nacked)."""
+        effects: list[Effect] = []
+        with self._changed:
+            self._counters.published += 1
+            self._counters.nacked += 1
+            self._bury(Delivery.settled(envelope, -1, None, 0, reason, error), effects)
+        _run(effects)
+
+    # -- subscriber side ----------------------------------------------------------
+
+    def register(self, handover: HandOver) -> bool:
+        """Record a hand-over (and its deadline); False when the topic is closed."""
+        with self._lock:
+            if self.closed:
+                return False
+            handover.id = hid = next(self._handover_ids)
+            handover.live = True
+            self._live[hid] = handover
+            wake_at = self._deadlines.add(handover)
+        if wake_at is not None:
+            self._schedule(wake_at)
+        return True
+
+    def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
+        """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""
+        effects: list[Effect] = []
+        with self._changed:
+            self._apply(deliveries, effects)
+            self._changed.notify_all()
+        _run(effects)
+
+    def expire(self) -> None:
+        """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
+        effects: list[Effect] = []
+        with self._changed:
+            expired: list[Delivery[Any]] = []
+            for handover in self._deadlines.pop_expired(self._live):
+                expired.extend(claim_all(handover, "timeout"))
+            self._apply(expired, effects)
+            self._changed.notify_all()
+            wake_at = self._deadlines.rearm()
+        _run(effects)
+        if wake_at is not None:
+            self._schedule(wake_at)
+
+    def sweep(self, reason: str) -> None:
+        """Force-nack every delivery handed over and not settled yet (on close)."""
+        effects: list[Effect] = []
+        with self._changed:
+            swept: list[Delivery[Any]] = []
+            for handover in list(self._live.values()):
+                swept.extend(claim_all(handover, reason))
+            self._apply(swept, effects)
+            self._changed.notify_all()
+        _run(effects)
+
+    # -- topic side ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse reservations and hand-overs from now on; wake every waiter."""
+        with self._changed:
+            self.closed = True
+            self._changed.notify_all()
+
+    def stats(self) -> TopicStats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            return self._counters.snapshot(self.pending)
+
+    def reset_stats(self) -> None:
+        """Zero the counters (``pending`` is a gauge and stays)."""
+        with self._lock:
+            self._counters.reset()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Block until nothing is pending or ``timeout`` passes; True when idle."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.pending == 0, timeout)
+
+    # -- internals (lock held) ----------------------------------------------------
+
+    def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
+        live = self._live
+        for handover in handovers_of(deliveries):  # forget the ones now fully settled
+            if handover.live and not handover.pending:
+                handover.live = False
+                del live[handover.id]
+        tracks = self._tracks
+        if not tracks and all_acked(deliveries):  # a member's acks, no outcome tracked
+            self.pending -= len(deliveries)
+            self._counters.delivered += len(deliveries)
+            return
+        completed = delivered = 0
+        for delivery in deliveries:
+            track = tracks.get(delivery._envelope[SEQ]) if tracks else None
+            if delivery._state is not ACKED:
+                self._fail(delivery, track, effects)
+            elif track is None:
+                completed += 1
+                delivered += 1
+            else:
+                track.remaining -= 1
+                if track.remaining == 0:
+                    self._complete(delivery._envelope[SEQ], track, effects)
+        self.pending -= completed
+        self._counters.delivered += delivered
+
+    def _fail(self, delivery: Delivery[Any], track: OutcomeTrack | None, effects: list[Effect]) -> None:
+        counters = self._counters
+        reason, error, timed_out = delivery._failure
+        group = delivery._handover.group
+        if timed_out:
+            counters.timed_out += 1
+        else:
+            counters.nacked += 1
+        if reason == "dropped":
+            counters.dropped += 1
+        elif reason == "lagged":
+            counters.lagged += 1
+        if (
+            group is not None and reason in _RETRYABLE and not self.closed
+            and delivery._attempt < self._max_attempts
+        ):
+            counters.redelivered += 1
+            effects.append(lambda: self._redeliver(delivery))
+            return
+        self._bury(delivery, effects)
+        if track is None:
+            self.pending -= 1
+            return
+        destination = (
+            f"group:{group}" if group is not None
+            else f"subscriber:{delivery._handover.subscriber_id}"
+        )
+        track.nacks.append(Nack(destination, reason, error))
+        track.remaining -= 1
+        if track.remaining == 0:
+            self._complete(delivery._envelope[SEQ], track, effects)
+
+    def _complete(self, seq: int, track: OutcomeTrack, effects: list[Effect]) -> None:
+        del self._tracks[seq]
+        self.pending -= 1
+        outcome = track.outcome()
+        if outcome.acked:
+            self._counters.delivered += 1
+        future = track.future
+        if future is not None:
+            effects.append(lambda: future.set_result(outcome))
+
+    def _bury(self, delivery: Delivery[Any], effects: list[Effect]) -> None:
+        dead_letter = dead_letter_of(delivery, self._topic)
+        self._counters.dead_lettered += 1
+        callback = self._dead_letters.append(dead_letter)
+        if callback is not None:
+            effects.append(lambda: self._dead_letters.notify(callback, dead_letter))
+
+
+def _run(effects: list[Effect]) -> None:
+    for effect in effects:
+        effect()

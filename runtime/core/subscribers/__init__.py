@@ -1,0 +1,9 @@
+"""Who receives a topic's messages.
+
+- ``_group``, ``_member``, ``_gate``: a balanced group actor, its members and the gate that
+  bounds what waits in it (``balanced_capacity``).
+- ``_workers``: process members (``workers=N``), a `Pool` of worker processes.
+- ``_ring``, ``_broadcast``: the topic's broadcast ring and its subscriber actors.
+- ``_subscription``, ``_subscribers``: push and pull subscriptions, and the topic's registry
+  of them.
+"""

@@ -1,0 +1,83 @@
+"""The broadcast subscriber actor: reads the topic's ring from its own cursor."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from actors import Actor, Ref
+from runtime.core._envelope import Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._member import Handler, Seat, run_handler
+from runtime.core.subscribers._ring import Ring
+
+__all__ = ["WAKE", "BroadcastActor", "hand_over"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    """The ring has entries for this subscriber."""
+
+
+WAKE = _Wake()
+
+
+def hand_over(
+    envelopes: list[Envelope], subscriber_id: int, ledger: Ledger, tracker: Ref,
+) -> tuple[HandOver, list[Delivery[Any]]] | None:
+    """Make broadcast deliveries and register them; None (all nacked ``closed``) if closed."""
+    handover = HandOver(tracker, subscriber_id, None)
+    deliveries: list[Delivery[Any]] = [
+        Delivery(e, handover, i, 1) for i, e in enumerate(envelopes)
+    ]
+    handover.pending = dict(enumerate(deliveries))
+    if ledger.register(handover):
+        return handover, deliveries
+    for delivery in deliveries:
+        delivery._expire("closed")
+    ledger.settle(deliveries)
+    return None
+
+
+class BroadcastActor(Actor):
+    """One broadcast subscriber: takes what the ring has for it, runs the handler on it.
+
+    Args:
+        ring: the topic's ring (it was added with a wake that tells this actor `WAKE`).
+        seat: its place (subscription id, thread).
+        handler: called with each `Delivery`.
+        auto_ack: ack on return, nack on exception.
+        ledger: the topic's books.
+        tracker: the tracker actor.
+    """
+
+    def __init__(
+        self, ring: Ring, seat: Seat, handler: Handler, auto_ack: bool,
+        ledger: Ledger, tracker: Ref,
+    ) -> None:
+        super().__init__()
+        self._ring = ring
+        self._seat = seat
+        self._subscriber_id = seat.subscriber_id
+        self._handler = handler
+        self._auto_ack = auto_ack
+        self._ledger = ledger
+        self._tracker = tracker
+
+    def on_start(self) -> None:
+        """Note the thread, so an unsubscribe from inside a handler does not wait on it."""
+        self._seat.thread = threading.get_ident()
+
+    def on_receive(self, message: Any) -> Any:
+        """On `WAKE`: handle one batch, then wake itself again until the ring is drained."""
+        envelopes = self._ring.read(self._subscriber_id, self._ring.capacity)
+        if not envelopes:
+            return None
+        batch = hand_over(envelopes, self._subscriber_id, self._ledger, self._tracker)
+        if batch is not None:
+            run_handler(self._handler, self._auto_ack, *batch)
+        # Another mailbox round trip (not a loop) so a stop queued meanwhile is honoured.
+        self.ref.tell(WAKE)
+        return None

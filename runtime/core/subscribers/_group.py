@@ -1,0 +1,232 @@
+"""The balanced group actor: one bounded queue per (topic, group), credit-based dispatch."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from itertools import count, repeat
+from typing import Any, Protocol
+
+from actors import Actor, Ref
+from runtime.core._envelope import KEY, Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._gate import Gate
+
+__all__ = ["Credit", "End", "Endpoint", "GroupActor", "Join", "Leave", "Requeue"]
+
+
+class Endpoint(Protocol):
+    """A member as the group sees it: it takes batches within a credit window."""
+
+    key: int
+    subscriber_id: int
+    window: int
+
+    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
+        """Hand a batch over; must not block."""
+
+    def prefers_whole(self, count: int) -> bool:
+        """True when ``count`` messages are cheaper handled here in one hand-over than
+        split across members (the hand-over itself costs more than they do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """A member finished ``count`` deliveries and can take that many more."""
+
+    key: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """Add a member (ask; answered once it takes part in dispatch)."""
+
+    endpoint: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Remove a member (ask); what it holds stays with it to settle."""
+
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Put messages back with the attempt numbers given (the sender forced gate room)."""
+
+    items: tuple[tuple[Envelope, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Settle everything queued with ``reason`` and refuse later mail the same way (ask)."""
+
+    reason: str
+
+
+class GroupActor(Actor):
+    """Holds a group's queued messages and hands them to members with credit.
+
+    Unkeyed messages wait in one FIFO; keyed ones in a FIFO per member chosen by key
+    hash, so one key's messages keep their order while membership is stable.
+    Redeliveries go first. Every message that leaves the queue gives its gate room back.
+
+    Args:
+        topic: the topic's name (unused but for names and logs).
+        name: the group's name.
+        gate: the group's room counter, shared with publishers.
+        ledger: the topic's books (for hand-overs and settlements).
+        tracker: the tracker actor, the sink of settlements.
+    """
+
+    def __init__(self, topic: str, name: str, gate: Gate, ledger: Ledger, tracker: Ref) -> None:
+        super().__init__()
+        self._topic = topic
+        self._name = name
+        self._gate = gate
+        self._ledger = ledger
+        self._tracker = tracker
+        self._queue: deque[Envelope] = deque()
+        self._retries: deque[tuple[Envelope, int]] = deque()
+        self._buckets: dict[int, deque[Envelope]] = {}
+        self._members: list[Endpoint] = []
+        self._credit: dict[int, int] = {}
+        self._ended: str | None = None
+        self._turn = 0  # who goes first when a batch is not split
+
+    def on_receive(self, message: Any) -> Any:
+        """Handle one mailbox message (a list of envelopes is a fan-out chunk)."""
+        if type(message) is list:
+            self._accept(message)
+        elif type(message) is Credit:
+            self._credit[message.key] = self._credit.get(message.key, 0) + message.count
+        elif isinstance(message, Requeue):
+            self._requeue(message.items)
+        elif isinstance(message, Join):
+            self._join(message.endpoint)
+        elif isinstance(message, Leave):
+            self._leave(message.key)
+        elif isinstance(message, End):
+            self._end(message.reason)
+            return None
+        self._dispatch()
+        return None
+
+    def _accept(self, envelopes: list[Envelope]) -> None:
+        if self._ended is not None:
+            self._settle([(e, 1) for e in envelopes], self._ended)
+            return
+        members = self._members
+        if len(members) < 2:  # one FIFO keeps per-key order for a single member
+            self._queue.extend(envelopes)
+            return
+        keyed = [e for e in envelopes if e[KEY] is not None]
+        if not keyed:
+            self._queue.extend(envelopes)
+            return
+        self._queue.extend(e for e in envelopes if e[KEY] is None)
+        buckets = self._buckets
+        for envelope in keyed:
+            buckets[members[hash(envelope[KEY]) % len(members)].key].append(envelope)
+
+    def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
+        if self._ended is not None:
+            self._settle(list(items), self._ended)
+        else:
+            self._retries.extend(items)
+
+    def _join(self, endpoint: Endpoint) -> None:
+        self._members.append(endpoint)
+        self._credit[endpoint.key] = endpoint.window
+        self._rebucket()
+
+    def _leave(self, key: int) -> None:
+        self._members = [m for m in self._members if m.key != key]
+        self._credit.pop(key, None)
+        self._rebucket()
+
+    def _rebucket(self) -> None:
+        """Re-route keyed messages after a membership change (per-key order kept)."""
+        keyed = [e for e in self._queue if e[KEY] is not None]
+        for bucket in self._buckets.values():
+            keyed.extend(bucket)
+        self._queue = deque(e for e in self._queue if e[KEY] is None)
+        self._buckets = {m.key: deque() for m in self._members}
+        if len(self._members) > 1:
+            self._accept(keyed)
+        else:
+            self._queue.extend(keyed)
+
+    def _end(self, reason: str) -> None:
+        items: list[tuple[Envelope, int]] = list(self._retries)
+        items.extend((e, 1) for e in self._queue)
+        for bucket in self._buckets.values():
+            items.extend((e, 1) for e in bucket)
+        self._retries.clear()
+        self._queue.clear()
+        self._buckets = {m.key: deque() for m in self._members}
+        self._ended = reason
+        self._settle(items, reason)
+
+    def _settle(self, items: list[tuple[Envelope, int]], reason: str) -> None:
+        """Dead-letter queued messages that will never reach a member."""
+        if not items:
+            return
+        self._gate.release(len(items))
+        self._ledger.settle(
+            [Delivery.settled(e, -1, self._name, attempt - 1, reason) for e, attempt in items]
+        )
+
+    def _available(self) -> int:
+        return len(self._queue) + len(self._retries) + sum(map(len, self._buckets.values()))
+
+    def _dispatch(self) -> None:
+        members, credit = self._members, self._credit
+        while members and self._ended is None:
+            ready = [m for m in members if credit[m.key] > 0]
+            available = self._available()
+            if not ready or not available:
+                return
+            share = -(-available // len(ready))
+            if len(ready) > 1 and all(m.prefers_whole(available) for m in ready):
+                # Cheap handlers gain nothing from a split: one hand-over, members in turn.
+                share, self._turn = available, self._turn + 1
+                turn = self._turn % len(ready)
+                ready = ready[turn:] + ready[:turn]
+            sent = 0
+            for member in ready:
+                sent += self._send(member, min(credit[member.key], share))
+            if not sent:
+                return
+
+    def _send(self, member: Endpoint, limit: int) -> int:
+        """Hand up to ``limit`` messages to ``member``; returns how many went."""
+        handover = HandOver(self._tracker, member.subscriber_id, self._name)
+        out: list[Delivery[Any]] = []
+        bucket = self._buckets.get(member.key)
+        while bucket and len(out) < limit:
+            out.append(Delivery(bucket.popleft(), handover, len(out), 1))
+        retries = self._retries
+        while retries and len(out) < limit:
+            envelope, attempt = retries.popleft()
+            out.append(Delivery(envelope, handover, len(out), attempt))
+        queue, start = self._queue, len(out)
+        if queue:
+            popleft = queue.popleft
+            envelopes = [popleft() for _ in range(min(limit - start, len(queue)))]
+            out.extend(map(Delivery, envelopes, repeat(handover), count(start), repeat(1)))
+        if not out:
+            return 0
+        self._gate.release(len(out))
+        handover.pending = dict(enumerate(out))
+        if not self._ledger.register(handover):
+            for delivery in out:
+                delivery._expire("closed")
+            self._ledger.settle(out)
+            return len(out)
+        self._credit[member.key] -= len(out)
+        member.push(handover, out)
+        return len(out)

@@ -1,0 +1,121 @@
+"""Thread members: an actor that runs a subscriber's handler on batches of deliveries."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from actors import Actor, Ref
+from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.subscribers._group import Credit
+
+__all__ = ["MemberActor", "Seat", "ThreadEndpoint", "run_handler"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Delivery[Any]], Any]
+
+# Deliveries a thread member may hold at once (the group's credit window for it).
+THREAD_WINDOW = 256
+
+
+def run_handler(
+    handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
+) -> None:
+    """Call ``handler`` on each still-pending delivery, then send the settlements as one.
+
+    A raised exception nacks a still-pending delivery (reason ``error``, the exception's
+    text kept); with ``auto_ack`` a normal return acks it. Deliveries already settled
+    (deadline, close) are skipped.
+    """
+    pending = handover.pending
+    handover.open_buffer()
+    try:
+        for delivery in deliveries:
+            if delivery._index not in pending:
+                continue
+            try:
+                handler(delivery)
+            except Exception as exc:
+                logger.debug("handler raised on %r", delivery, exc_info=True)
+                delivery._fail_if_pending("error", str(exc) or type(exc).__name__)
+            else:
+                if auto_ack:
+                    delivery._ack_if_pending()
+    finally:
+        settled = handover.close_buffer()
+        if settled and handover.sink is not None:
+            handover.sink.tell(settled)
+
+
+class MemberActor(Actor):
+    """A balanced group member on its own thread.
+
+    Args:
+        handler: called with each `Delivery`.
+        auto_ack: ack on return, nack on exception.
+        group: the group actor, to which it returns credit after each batch.
+        key: its endpoint key in the group.
+    """
+
+    def __init__(self, handler: Handler, auto_ack: bool, group: Ref, seat: Seat) -> None:
+        super().__init__()
+        self._handler = handler
+        self._auto_ack = auto_ack
+        self._group = group
+        self._key = seat.key
+        self._seat = seat
+
+    def on_start(self) -> None:
+        """Note the thread, so an unsubscribe from inside a handler does not wait on it."""
+        self._seat.thread = threading.get_ident()
+
+    def on_receive(self, message: Any) -> Any:
+        """Run one batch: ``(handover, deliveries)``."""
+        handover, deliveries = message
+        try:
+            run_handler(self._handler, self._auto_ack, handover, deliveries)
+        finally:
+            self._group.tell(Credit(self._key, len(deliveries)))
+        return None
+
+
+class Seat:
+    """A subscriber's place: its keys, and (once running) its actor and thread."""
+
+    def __init__(self, key: int, subscriber_id: int) -> None:
+        self.key = key
+        self.subscriber_id = subscriber_id
+        self.ref: Ref | None = None
+        self.thread = 0
+
+    def retire(self, timeout: float) -> None:
+        """Stop the actor gracefully (queued batches first); never from its own thread."""
+        ref = self.ref
+        if ref is None or self.thread == threading.get_ident():
+            return
+        try:
+            ref.stop(timeout=timeout)
+        except Exception:
+            logger.warning("subscriber %s did not stop in time", self.subscriber_id, exc_info=True)
+
+
+class ThreadEndpoint:
+    """The group's view of a `MemberActor`."""
+
+    window = THREAD_WINDOW
+
+    def __init__(self, seat: Seat, ref: Ref) -> None:
+        self.key = seat.key
+        self.subscriber_id = seat.subscriber_id
+        self.ref = ref
+
+    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
+        """Tell the member the batch (never blocks)."""
+        self.ref.tell((handover, deliveries))
+
+    def prefers_whole(self, count: int) -> bool:
+        """Never: a hand-over to a thread is cheap, and splitting lets I/O overlap."""
+        return False

@@ -1,0 +1,146 @@
+"""The topic's broadcast ring: a fixed number of entries and one cursor per subscriber."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from runtime.core._envelope import Envelope
+from runtime.errors import TopicClosedError
+
+__all__ = ["Ring"]
+
+Wake = Callable[[], None]
+
+
+class Ring:
+    """Exactly ``capacity`` entries; each broadcast subscriber reads from its own cursor.
+
+    Positions count writes from 0; position ``p`` lives in slot ``p % capacity``. A
+    subscriber never lags more than a ring: a write that would overwrite an entry it has
+    not read first moves its cursor past it and reports the entry as lagged. Writing
+    never blocks on readers. Writers hold `lock` while they reserve and write, so the
+    subscribers counted for a message are exactly those that will read or lag it.
+
+    Args:
+        capacity: the topic's ``broadcast_capacity``.
+        topic: the topic's name (for errors).
+    """
+
+    def __init__(self, capacity: int, topic: str) -> None:
+        self.capacity = capacity
+        self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)
+        self.topic = topic
+        self._slots: list[Envelope | None] = [None] * capacity
+        self._head = 0
+        self._cursors: dict[int, int] = {}
+        self._wakes: dict[int, Wake | None] = {}
+        self._idle: dict[int, Wake] = {}
+        self._pulling = 0
+        self._closed = False
+
+    @property
+    def subscriber_count(self) -> int:
+        """How many subscribers read the ring (call with `lock` held for a stable answer)."""
+        return len(self._cursors)
+
+    def would_lag(self, count: int) -> bool:
+        """Whether writing ``count`` entries now would overwrite unread ones (a hint)."""
+        floor = self._head + count - self.capacity
+        cursors = self._cursors
+        return floor > 0 and bool(cursors) and min(cursors.values()) < floor
+
+    def add(self, subscriber_id: int, wake: Wake | None) -> None:
+        """Start a subscriber at the head; ``wake()`` is called when it has mail (None: pull)."""
+        with self.lock:
+            self._cursors[subscriber_id] = self._head
+            self._wakes[subscriber_id] = wake
+            if wake is not None:
+                self._idle[subscriber_id] = wake
+
+    def remove(self, subscriber_id: int) -> list[Envelope]:
+        """Stop a subscriber; return the entries it had not read yet."""
+        with self._changed:
+            cursor = self._cursors.pop(subscriber_id, None)
+            self._wakes.pop(subscriber_id, None)
+            self._idle.pop(subscriber_id, None)
+            self._changed.notify_all()
+            return [] if cursor is None else self._entries(cursor, self._head)
+
+    def write_locked(self, envelopes: list[Envelope]) -> tuple[list[tuple[int, Envelope]], list[Wake]]:
+        """Append entries (`lock` held). Returns (lagged (subscriber, entry), wakes to call)."""
+        lagged: list[tuple[int, Envelope]] = []
+        capacity, slots = self.capacity, self._slots
+        for start in range(0, len(envelopes), capacity):
+            chunk = envelopes[start:start + capacity]
+            floor = self._head + len(chunk) - capacity
+            for subscriber_id, cursor in self._cursors.items():
+                if cursor < floor:
+                    lagged.extend((subscriber_id, e) for e in self._entries(cursor, floor))
+                    self._cursors[subscriber_id] = floor
+            for envelope in chunk:
+                slots[self._head % capacity] = envelope
+                self._head += 1
+        wakes = list(self._idle.values())
+        self._idle.clear()
+        if self._pulling:
+            self._changed.notify_all()
+        return lagged, wakes
+
+    def read(self, subscriber_id: int, limit: int) -> list[Envelope] | None:
+        """Take up to ``limit`` unread entries; [] marks the subscriber idle; None: removed."""
+        with self.lock:
+            cursor = self._cursors.get(subscriber_id)
+            if cursor is None:
+                return None
+            end = min(self._head, cursor + limit)
+            if end == cursor:
+                wake = self._wakes.get(subscriber_id)
+                if wake is not None:
+                    self._idle[subscriber_id] = wake
+                return []
+            self._cursors[subscriber_id] = end
+            return self._entries(cursor, end)
+
+    def read_one(self, subscriber_id: int, timeout: float | None) -> Envelope:
+        """Block for the next entry of a pull subscriber.
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout``.
+            TopicClosedError: the topic closed (or the subscriber was removed).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                cursor = self._cursors.get(subscriber_id)
+                if cursor is None or (self._closed and cursor == self._head):
+                    raise TopicClosedError(self.topic)
+                if cursor < self._head:
+                    self._cursors[subscriber_id] = cursor + 1
+                    return self._entries(cursor, cursor + 1)[0]
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no message on topic {self.topic!r} within {timeout}s")
+                self._pulling += 1
+                try:
+                    self._changed.wait(remaining)
+                finally:
+                    self._pulling -= 1
+
+    def close(self) -> list[tuple[int, Envelope]]:
+        """Mark closed; return every unread (subscriber, entry) and wake pull readers."""
+        with self._changed:
+            self._closed = True
+            unread: list[tuple[int, Envelope]] = []
+            for subscriber_id, cursor in self._cursors.items():
+                unread.extend((subscriber_id, e) for e in self._entries(cursor, self._head))
+                self._cursors[subscriber_id] = self._head
+            self._changed.notify_all()
+            return unread
+
+    def _entries(self, start: int, end: int) -> list[Envelope]:
+        capacity, slots = self.capacity, self._slots
+        # Positions in [start, end) are always written, so no slot read here is None.
+        return [slots[position % capacity] for position in range(start, end)]  # type: ignore[misc]

@@ -1,0 +1,229 @@
+"""Process members: a Pool of worker processes running a group's handler on batches.
+
+A batch crosses the pipe as columns (one list per field, pickled once per batch); the
+worker answers with a count when every delivery was acked during the handler call, and
+with the settlements it saw otherwise, so the common case costs the parent no
+per-message decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from actors import Actor, Ref
+from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked
+from runtime.core.subscribers._group import Credit
+from runtime.core.subscribers._member import Handler, run_handler
+
+__all__ = ["PROCESS_WINDOW", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor"]
+
+logger = logging.getLogger(__name__)
+
+# Deliveries a worker process may hold at once (sent as one pickled batch).
+PROCESS_WINDOW = 256
+
+# (index, acked, reason, error): one settlement seen by the worker.
+Settlement = tuple[int, bool, "str | None", "str | None"]
+# What a worker answers: the seconds its handler took on the batch, and the batch's size
+# when all of it was acked, else its settlements.
+Reply = "tuple[float, int | list[Settlement]]"
+
+# Handler time under which a batch is not worth splitting across workers: a hand-over
+# costs the parent about 70 µs (build, pickle, pipe write, answer), so a split that
+# saves less than this in the slower half only adds hand-overs.
+SPLIT_WORTH = 200e-6
+_COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
+
+
+@dataclass(frozen=True, slots=True)
+class WorkBatch:
+    """Deliveries for a worker process, as columns: what crosses the pipe.
+
+    Item ``i`` is the delivery with index ``i``; the columns hold the envelopes' fields
+    (``stamps[i]`` is None when ``payloads[i]`` is the published object itself, else
+    the message came through a Publisher and ``payloads[i]`` is its data).
+    """
+
+    subscriber_id: int
+    group: str
+    topic: str
+    ids: list[str]
+    payloads: list[Any]
+    keys: list[str | None]
+    attributes: list[dict[str, str]]
+    stamps: list[float | None]
+    attempts: list[int]
+
+    @classmethod
+    def of(cls, subscriber_id: int, group: str, topic: str,
+           deliveries: list[Delivery[Any]]) -> WorkBatch:
+        """The columns of ``deliveries`` (in index order)."""
+        envelopes = [d._envelope for d in deliveries]
+        return cls(
+            subscriber_id, group, topic,
+            [e[MESSAGE_ID] for e in envelopes],
+            [e[PAYLOAD] for e in envelopes],
+            [e[KEY] for e in envelopes],
+            [e[ATTRIBUTES] for e in envelopes],
+            [e[STAMP_TIME] for e in envelopes],
+            [d._attempt for d in deliveries],
+        )
+
+    def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
+        """Rebuild the deliveries on the worker's side, all pending on ``handover``."""
+        topic = self.topic
+        out: list[Delivery[Any]] = [
+            Delivery((0, message_id, payload, key, attributes, topic, stamp), handover, index,
+                     attempt)
+            for index, (message_id, payload, key, attributes, stamp, attempt) in enumerate(zip(
+                self.ids, self.payloads, self.keys, self.attributes, self.stamps, self.attempts,
+                strict=True,
+            ))
+        ]
+        handover.pending = dict(enumerate(out))
+        return out
+
+
+class _Collect:
+    """The worker-side sink: settlements made during the handler call."""
+
+    def __init__(self) -> None:
+        self.settled: list[Delivery[Any]] = []
+
+    def tell(self, message: Any) -> None:
+        if isinstance(message, list):
+            self.settled.extend(message)
+        else:
+            self.settled.append(message)
+
+
+class WorkerActor(Actor):
+    """Runs in a worker process: handles a `WorkBatch`, answers with its settlements.
+
+    Settlements made after the handler returned (from other threads) cannot reach the
+    parent; those deliveries settle by their ack deadline.
+
+    Args:
+        handler: the subscriber's handler (cloudpickled once, at spawn).
+        auto_ack: ack on return, nack on exception.
+    """
+
+    def __init__(self, handler: Handler, auto_ack: bool) -> None:
+        super().__init__()
+        self._handler = handler
+        self._auto_ack = auto_ack
+
+    def on_receive(self, message: Any) -> Any:
+        """Handle one batch; answers the handler's time and the batch's size if all was
+        acked, else the settlements."""
+        batch: WorkBatch = message
+        sink = _Collect()
+        handover = HandOver(sink, batch.subscriber_id, batch.group)
+        deliveries = batch.deliveries(handover)
+        started = time.perf_counter()
+        run_handler(self._handler, self._auto_ack, handover, deliveries)
+        elapsed = time.perf_counter() - started
+        settled = sink.settled
+        if len(settled) == len(deliveries) and all_acked(settled):
+            return elapsed, len(deliveries)
+        return elapsed, [(d._index, d._state is ACKED, d.reason, d.error) for d in settled]
+
+
+class ProcessEndpoint:
+    """The group's view of one pool member: each batch is one ask to the worker."""
+
+    window = PROCESS_WINDOW
+
+    def __init__(
+        self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref,
+    ) -> None:
+        self.key = key
+        self.subscriber_id = subscriber_id
+        self._worker = worker
+        self._group = group
+        self._tracker = tracker
+        self._cost: float | None = None  # running handler seconds per message
+
+    def prefers_whole(self, count: int) -> bool:
+        """True once this worker's handler is known to take ``count`` messages in less
+        than `SPLIT_WORTH` (unknown: split, the safe choice for slow handlers)."""
+        cost = self._cost
+        return cost is not None and cost * count < SPLIT_WORTH
+
+    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
+        """Ask the worker to handle the batch; settle from its answer (never blocks)."""
+        topic = deliveries[0].topic
+        batch = WorkBatch.of(self.subscriber_id, handover.group or "", topic, deliveries)
+        try:
+            future = self._worker.ask(batch, timeout=None)
+        except Exception as exc:  # e.g. a payload that does not pickle
+            self._fail(handover, deliveries, "error", str(exc) or type(exc).__name__)
+            return
+        future.add_done_callback(self._answered(handover, deliveries))
+
+    def _answered(
+        self, handover: HandOver, deliveries: list[Delivery[Any]],
+    ) -> Callable[[Future[Any]], None]:
+        def done(future: Future[Any]) -> None:
+            error = future.exception()
+            if error is not None:
+                logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
+                self._fail(handover, deliveries, "worker_crashed", str(error))
+                return
+            elapsed, reply = future.result()
+            per_message = elapsed / len(deliveries)
+            cost = self._cost
+            self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
+            if type(reply) is int:
+                self._finish(_claim_acked(handover, deliveries), len(deliveries))
+            else:
+                self._finish(_claim_settled(deliveries, reply), len(deliveries))
+
+        return done
+
+    def _fail(
+        self, handover: HandOver, deliveries: list[Delivery[Any]], reason: str, error: str,
+    ) -> None:
+        settled = []
+        for delivery in deliveries:
+            if delivery._claim():
+                delivery._set_nacked(reason, error)
+                settled.append(delivery)
+        self._finish(settled, len(deliveries))
+
+    def _finish(self, settled: list[Delivery[Any]], count: int) -> None:
+        if settled:
+            self._tracker.tell(settled)
+        self._group.tell(Credit(self.key, count))
+
+
+def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:
+    """Claim every delivery the parent still holds as acked (their deadline may have won)."""
+    pop = handover.pending.pop
+    claimed = [d for d in deliveries if pop(d._index, None) is not None]
+    for delivery in claimed:
+        delivery._state = ACKED
+    return claimed
+
+
+def _claim_settled(
+    deliveries: list[Delivery[Any]], settlements: list[Settlement],
+) -> list[Delivery[Any]]:
+    """Claim and settle the deliveries the worker reported; the rest wait for deadlines."""
+    settled = []
+    for index, acked, reason, text in settlements:
+        delivery = deliveries[index]
+        if not delivery._claim():
+            continue  # its deadline or the close sweep won
+        if acked:
+            delivery._state = ACKED
+        else:
+            delivery._set_nacked(reason or "nack", text)
+        settled.append(delivery)
+    return settled

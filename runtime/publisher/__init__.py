@@ -1,0 +1,12 @@
+"""The batching `Publisher` (Google Pub/Sub style): batching, flow control, ordering keys.
+
+- ``_publisher``: the user's handle; ``_actor``: the Publisher actor behind it.
+- ``_batching``, ``_ticker``: batch thresholds and the one scheduler for ``max_latency``.
+- ``_flow_settings``, ``_flow_control``, ``_intake``: flow-control limits and the gate that
+  applies them.
+- ``_sequencer``: one batch in flight per ordering key; ``_flush``: flush and close.
+- ``_future``, ``_messages``, ``_validation``: publish futures, message records and the checks
+  done at ``publish()``.
+
+Imports run one way: ``publisher`` -> ``core``.
+"""

@@ -1,0 +1,292 @@
+"""The Publisher actor: accumulates messages into batches and sends them to the topic.
+
+All batching and ordering state lives in this actor and changes only in its thread.
+Callers (the `Publisher` handle) reach it through its mailbox:
+
+- `Publish` (one tell per message) adds a message to its lane's open batch;
+- `SendNow` closes every open batch (a publish about to block in flow control);
+- `Flush` does the same and answers once every batch closed so far has settled;
+- `Tick` comes from the ticker at the earliest batch deadline;
+- `BatchDone` comes back from the topic's future, through a tell, for every batch sent;
+- `SetOptions` and `Resume` are asks.
+
+Every message's future resolves exactly once, and its flow-control capacity is released
+exactly once, in `_settle` — on confirmation, failure, a paused key or a stop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from actors import Actor, Ref
+from runtime.errors import OrderingKeyPausedError, PublishError
+from runtime.publisher._batching import Batch, Batcher, BatchSettings, Parts
+from runtime.publisher._flow_control import FlowGate
+from runtime.publisher._flush import FlushBarriers
+from runtime.publisher._future import fail_future, resolve_all
+from runtime.publisher._intake import Columns, Intake, uncounted
+from runtime.publisher._messages import (
+    BatchDone,
+    BatchTopic,
+    Drain,
+    Flush,
+    Resume,
+    SendNow,
+    SetOptions,
+    Tick,
+)
+from runtime.publisher._sequencer import KeySequencer
+from runtime.publisher._ticker import Ticker
+
+__all__ = ["SEND_WINDOW", "PublisherActor"]
+
+# Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here as
+# parts; without a window a fast publisher parks its whole backlog in the topic's mailbox
+# as Message objects, which the garbage collector rescans on every full collection.
+SEND_WINDOW = 32
+
+
+class PublisherActor(Actor):
+    """Batches messages per lane, sends them to ``topic``, settles their futures.
+
+    Args:
+        topic: anything with ``name`` and ``_publish_batch``.
+        gate: the flow-control gate shared with the handle; released here.
+        batching: the initial thresholds.
+        message_ordering: whether ordering keys get their own lanes.
+        on_paused: called (in this thread) with the paused keys whenever they change.
+        clock: the time source for batch latency.
+    """
+
+    def __init__(
+        self,
+        *,
+        topic: BatchTopic,
+        gate: FlowGate,
+        intake: Intake,
+        batching: BatchSettings,
+        message_ordering: bool,
+        on_paused: Callable[[frozenset[str]], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._topic = topic
+        self._publish_parts: Callable[..., Future[list[str]]] | None = getattr(
+            topic, "_publish_parts", None)
+        self._gate = gate
+        self._intake = intake
+        self._ordering = message_ordering
+        self._on_paused = on_paused
+        self._clock = clock
+        self._batcher = Batcher(batching, clock=clock)
+        self._sequencer = KeySequencer()
+        self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
+        self._in_flight: dict[int, Future[list[str]]] = {}  # sent: the topic's futures
+        self._barriers = FlushBarriers()
+        self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
+        self._unkeyed_in_flight = 0
+        self._tick_at: float | None = None
+        self._ticker: Ticker | None = None
+        self._self_ref: Ref | None = None
+
+    def on_start(self) -> None:
+        self._self_ref = ref = self.ref
+        self._ticker = Ticker(lambda: ref.tell(_TICK), clock=self._clock,
+                              name=f"{ref.name}-ticker")
+        self._ticker.start()
+
+    def on_stop(self) -> None:
+        self._abandon(PublishError("Publisher is closed", 9), final=True)
+
+    def on_failure(self, *_: object) -> None:
+        self._abandon(PublishError("Publisher failed internally", 13), final=False)
+
+    def on_receive(self, message: Any) -> Any:
+        if message.__class__ is Drain:
+            self._drain()
+        elif message.__class__ is BatchDone:
+            self._batch_done(message)
+        elif message.__class__ is Tick:
+            self._tick()
+        elif isinstance(message, SendNow | Flush):
+            self._close_all()
+            if isinstance(message, Flush):
+                self._barriers.add(message.done, last_id=self._batcher.last_id,
+                                   outstanding=len(self._outstanding))
+        elif isinstance(message, SetOptions):
+            self._set_options(message)
+        elif isinstance(message, Resume):
+            if self._sequencer.resume(message.key):
+                self._on_paused(self._sequencer.paused)
+        else:
+            raise TypeError(f"unexpected message for a Publisher: {message!r}")
+        return None
+
+    def _drain(self) -> None:
+        datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
+        if not futures:
+            return
+        if self._ordering:
+            for row in zip(datas, attributes, keys, futures, sizes, strict=True):
+                self._publish(row)
+            return
+        for batch in self._batcher.add_columns(None, datas, attributes, keys, futures, sizes):
+            self._close(batch)  # one lane: the burst is sliced into batches
+        if self._tick_at is None:
+            self._arm()
+
+    def _take(self, *, seal: bool) -> Columns:
+        """The intake's messages, each counted by the gate from here on (`_settle` and
+        `_abandon` release them)."""
+        gate, intake = self._gate, self._intake
+        with gate.lock:
+            columns = intake.seal() if seal else intake.take()
+            if columns[3]:
+                gate.count_in(*uncounted(columns[4], columns[5]))
+        return columns
+
+    def _publish(self, parts: Parts) -> None:
+        key = parts[2]
+        if key is not None and self._sequencer.is_paused(key):
+            fail_future(parts[3], OrderingKeyPausedError(key))
+            self._gate.release(1, parts[4])
+            return
+        for batch in self._batcher.add_many(key, (parts,)):
+            self._close(batch)
+        if self._tick_at is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Ask the ticker for the earliest open batch's deadline, if it is earlier."""
+        deadline = self._batcher.next_deadline()
+        if deadline is not None and (self._tick_at is None or deadline < self._tick_at):
+            self._tick_at = deadline
+            if self._ticker is not None:
+                self._ticker.schedule(deadline)
+
+    def _tick(self) -> None:
+        self._tick_at = None
+        for batch in self._batcher.due():
+            self._close(batch)
+        self._arm()
+
+    def _close_all(self) -> None:
+        for batch in self._batcher.drain():
+            self._close(batch)
+
+    def _close(self, batch: Batch) -> None:
+        """A batch is complete: track it and send it unless its key has one in flight,
+        or (unkeyed) `SEND_WINDOW` batches are in flight already."""
+        self._outstanding[batch.id] = batch
+        ready = self._sequencer.submit(batch)
+        if ready is None:
+            return
+        if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
+            self._held.append(ready)  # kept as parts: a backlog costs the GC little here
+            return
+        self._send(ready)
+
+    def _send(self, batch: Batch) -> None:
+        if batch.key is None:
+            self._unkeyed_in_flight += 1
+        try:
+            if self._publish_parts is not None:
+                result = self._publish_parts(batch.datas, batch.attributes, batch.keys)
+            else:
+                result = self._topic._publish_batch(batch.messages)
+        except Exception as exc:  # a topic should fail the future; tolerate a raise
+            result = Future()
+            result.set_exception(exc)
+        ref = self._self_ref
+        assert ref is not None
+        batch_id = batch.id
+        self._in_flight[batch_id] = result
+        result.add_done_callback(lambda done: ref.tell(BatchDone(batch_id=batch_id, result=done)))
+
+    def _batch_done(self, done: BatchDone) -> None:
+        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
+        if self._in_flight.get(done.batch_id) is not done.result:
+            return
+        del self._in_flight[done.batch_id]
+        batch = self._outstanding[done.batch_id]
+        ids, error = _outcome(done.result, len(batch))
+        self._settle(batch, ids, error)
+        key = batch.key
+        if key is None:
+            self._unkeyed_in_flight -= 1
+            if self._held:
+                self._send(self._held.popleft())
+            return
+        if error is None:
+            following = self._sequencer.complete(key)
+            if following is not None:
+                self._send(following)
+        else:
+            self._pause(key)
+
+    def _pause(self, key: str) -> None:
+        """Fail everything waiting on ``key`` and refuse it until resumed."""
+        waiting = self._sequencer.pause(key)
+        still_open = self._batcher.take(key)
+        if still_open is not None:
+            waiting.append(still_open)
+        for batch in waiting:
+            self._settle(batch, None, OrderingKeyPausedError(key))
+        self._on_paused(self._sequencer.paused)
+
+    def _settle(self, batch: Batch, ids: list[str] | None, error: BaseException | None) -> None:
+        """Resolve every future of ``batch`` and release its capacity: once per batch."""
+        if ids is not None:
+            resolve_all(batch.futures, ids)
+        else:
+            assert error is not None
+            for future in batch.futures:
+                fail_future(future, error)
+        self._gate.release(len(batch), batch.size)
+        if self._outstanding.pop(batch.id, None) is not None and self._barriers:
+            self._barriers.settled(batch.id)
+
+    def _set_options(self, options: SetOptions) -> None:
+        self._ordering = options.message_ordering
+        for batch in self._batcher.update(options.batching):
+            self._close(batch)
+        self._arm()
+
+    def _abandon(self, error: PublishError, *, final: bool) -> None:
+        """Stop the ticker; fail and release everything not yet settled; wake flushes.
+
+        ``final`` (the last stop) seals the intake: whoever appends later fails it.
+        """
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        _, _, _, futures, sizes, _ = self._take(seal=final)
+        for future in futures:  # admitted but never batched: they fail too
+            fail_future(future, error)
+        self._gate.release(len(sizes), sum(sizes))
+        self._sequencer.drain()
+        self._in_flight.clear()
+        self._held.clear()  # still in _outstanding: settled below
+        for batch in [*self._batcher.drain(), *self._outstanding.values()]:
+            self._settle(batch, None, error)
+        self._barriers.release_all()
+
+
+_TICK = Tick()
+
+
+def _outcome(
+    result: Future[list[str]], count: int
+) -> tuple[list[str] | None, BaseException | None]:
+    """The ids of a settled batch future, or the error that fails the whole batch."""
+    try:
+        ids = result.result(timeout=0)
+    except BaseException as exc:  # CancelledError included: the batch failed
+        return None, exc
+    if len(ids) != count:
+        return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
+    return ids, None

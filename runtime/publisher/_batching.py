@@ -1,0 +1,284 @@
+"""Publisher batching: settings and the accumulation of messages into batches.
+
+A `Batcher` keeps at most one open batch per lane (an ordering key, or None for the
+unkeyed lane) and closes it when any threshold is reached:
+
+- the Nth message (exactly ``max_messages``);
+- ``max_bytes``: a message that would push the open batch past it closes the open batch
+  first and starts a new one; a batch that reaches it exactly (or a lone message above
+  it) closes at once;
+- ``max_latency`` after the batch's first message (`due`), or at once when it is 0.
+
+The Batcher is plain state with an injected clock; the Publisher actor drives it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from runtime.core._message import Message, new_message
+from runtime.errors import PublishError
+
+__all__ = ["Batch", "BatchSettings", "Batcher", "Parts"]
+
+# One message on its way into a batch: data, attributes, ordering key, future, size.
+Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str]", int]
+
+
+def _invalid(setting: str, detail: str, value: object) -> PublishError:
+    return PublishError(f"Invalid batch setting {setting}: {detail}, got {value!r}", 3)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSettings:
+    """When a Publisher sends what it has accumulated.
+
+    Attributes:
+        max_messages: a batch goes out when it holds this many messages (>= 1).
+        max_bytes: a batch goes out when its ``Message.size`` total reaches this (>= 1).
+        max_latency: a batch goes out at most this many seconds after its first
+            message (>= 0; 0 sends every message at once).
+
+    Raises:
+        PublishError: code 3 when a value is out of range.
+    """
+
+    max_messages: int = 100
+    max_bytes: int = 1024 * 1024
+    max_latency: float = 0.010
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_messages) or self.max_messages < 1:
+            raise _invalid("max_messages", "must be an int >= 1", self.max_messages)
+        if not _is_int(self.max_bytes) or self.max_bytes < 1:
+            raise _invalid("max_bytes", "must be an int >= 1", self.max_bytes)
+        latency = self.max_latency
+        if (
+            isinstance(latency, bool) or not isinstance(latency, int | float)
+            or math.isnan(latency) or latency < 0
+        ):
+            raise _invalid("max_latency", "must be a number >= 0", latency)
+
+
+class Batch:
+    """Messages of one lane that go to the topic together, with their futures.
+
+    The messages are kept as their parts (data, attributes, ordering key) in parallel
+    lists, and `messages` builds the `Message` objects when the batch is sent: a
+    backlog of parts holds nothing the garbage collector has to rescan.
+
+    Attributes:
+        id: unique per Batcher, increasing in creation order.
+        key: the lane: an ordering key, or None.
+        created_at: the clock reading when the first message arrived.
+        futures: one future per message, in publish order.
+        size: the sum of the messages' sizes.
+    """
+
+    __slots__ = ("attributes", "created_at", "datas", "futures", "id", "key", "keys", "size")
+
+    def __init__(self, *, id: int, key: str | None, created_at: float) -> None:
+        self.id = id
+        self.key = key
+        self.created_at = created_at
+        self.datas: list[bytes] = []
+        self.attributes: list[dict[str, str]] = []
+        self.keys: list[str | None] = []
+        self.futures: list[Future[str]] = []
+        self.size = 0
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages, in publish order (built on each call: read it once, to send)."""
+        return list(map(new_message, self.datas, self.attributes, self.keys))
+
+    def extend(
+        self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None], futures: list[Future[str]],
+    ) -> None:
+        """Append ``part`` of the parallel lists (``size`` bytes in all)."""
+        self.datas += datas[part]
+        self.attributes += attributes[part]
+        self.keys += keys[part]
+        self.futures += futures[part]
+        self.size += size
+
+    def __len__(self) -> int:
+        return len(self.futures)
+
+    def __repr__(self) -> str:
+        return f"Batch(id={self.id}, key={self.key!r}, messages={len(self)}, size={self.size})"
+
+
+class Batcher:
+    """Open batches, one per lane, closed by count, bytes and latency thresholds.
+
+    Args:
+        settings: the thresholds.
+        clock: the time source for ``max_latency``.
+    """
+
+    def __init__(
+        self, settings: BatchSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._last_id = 0
+        # Insertion order is creation order, so deadlines ascend along the dict.
+        self._open: dict[str | None, Batch] = {}
+
+    @property
+    def settings(self) -> BatchSettings:
+        """The thresholds in force."""
+        return self._settings
+
+    @property
+    def last_id(self) -> int:
+        """The id of the newest batch (0 before the first)."""
+        return self._last_id
+
+    def __len__(self) -> int:
+        """The number of open batches."""
+        return len(self._open)
+
+    def add(
+        self, key: str | None, message: Message, future: Future[str], size: int
+    ) -> list[Batch]:
+        """Add a message to its lane's open batch; return the batches this closed, in order."""
+        parts = (message.data, message.attributes, message.ordering_key, future, size)
+        return self.add_many(key, (parts,))
+
+    def add_many(self, key: str | None, items: Iterable[Parts]) -> list[Batch]:
+        """Add messages, in order, to one lane; return the batches they closed, in order.
+
+        One call per burst keeps the per-message work to a few list operations.
+        """
+        settings = self._settings
+        max_messages, max_bytes = settings.max_messages, settings.max_bytes
+        at_once = settings.max_latency <= 0
+        closed: list[Batch] = []
+        batch = self._open.get(key)
+        for data, attributes, ordering_key, future, size in items:
+            if batch is not None and batch.size + size > max_bytes:
+                del self._open[key]  # the message would overflow it: send it first
+                closed.append(batch)
+                batch = None
+            if batch is None:
+                batch = self._open[key] = self._new(key)
+            batch.datas.append(data)
+            batch.attributes.append(attributes)
+            batch.keys.append(ordering_key)
+            batch.futures.append(future)
+            batch.size += size
+            if len(batch.futures) >= max_messages or batch.size >= max_bytes or at_once:
+                del self._open[key]
+                closed.append(batch)
+                batch = None
+        return closed
+
+    def add_columns(
+        self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
+    ) -> list[Batch]:
+        """`add_many` for messages given as parallel lists, one lane: a slice per batch.
+
+        The thresholds are checked per batch (a message count and one ``sum`` of sizes),
+        and per message only where ``max_bytes`` cuts a batch short.
+        """
+        settings = self._settings
+        max_bytes = settings.max_bytes
+        per_batch = 1 if settings.max_latency <= 0 else settings.max_messages
+        closed: list[Batch] = []
+        batch = self._open.get(key)
+        start, count = 0, len(futures)
+        while start < count:
+            if batch is None:
+                batch = self._open[key] = self._new(key)
+            end = min(count, start + per_batch - len(batch.futures))
+            added = sum(sizes[start:end])
+            if batch.size + added >= max_bytes:
+                end, added = _fit(sizes, start, end, max_bytes - batch.size)
+                if end == start and batch.futures:  # the next one overflows: send first
+                    del self._open[key]
+                    closed.append(batch)
+                    batch = None
+                    continue
+                if end == start:  # a lone message above max_bytes goes alone
+                    end, added = start + 1, sizes[start]
+            batch.extend(slice(start, end), added, datas, attributes, keys, futures)
+            start = end
+            if len(batch.futures) >= per_batch or batch.size >= max_bytes:
+                del self._open[key]
+                closed.append(batch)
+                batch = None
+        return closed
+
+    def due(self) -> list[Batch]:
+        """Close and return every open batch whose latency has passed, oldest first."""
+        limit = self._clock() - self._settings.max_latency
+        closed: list[Batch] = []
+        for batch in self._open.values():
+            if batch.created_at > limit:
+                break
+            closed.append(batch)
+        for batch in closed:
+            del self._open[batch.key]
+        return closed
+
+    def next_deadline(self) -> float | None:
+        """When the oldest open batch is due, or None with nothing open."""
+        for batch in self._open.values():
+            return batch.created_at + self._settings.max_latency
+        return None
+
+    def drain(self) -> list[Batch]:
+        """Close and return every open batch, oldest first."""
+        closed = list(self._open.values())
+        self._open.clear()
+        return closed
+
+    def take(self, key: str | None) -> Batch | None:
+        """Remove and return the open batch of ``key`` without closing it normally."""
+        return self._open.pop(key, None)
+
+    def update(self, settings: BatchSettings) -> list[Batch]:
+        """Apply new thresholds; close and return the open batches that now reach one."""
+        self._settings = settings
+        full = [
+            batch for batch in self._open.values()
+            if len(batch) >= settings.max_messages
+            or batch.size >= settings.max_bytes
+            or settings.max_latency <= 0
+        ]
+        for batch in full:
+            del self._open[batch.key]
+        return full
+
+    def _new(self, key: str | None) -> Batch:
+        self._last_id += 1
+        return Batch(id=self._last_id, key=key, created_at=self._clock())
+
+
+def _fit(sizes: list[int], start: int, end: int, room: int) -> tuple[int, int]:
+    """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``): before
+    the first message that would overflow it, or after the one that fills it exactly.
+
+    Returns that index and the sizes' sum up to it.
+    """
+    total = 0
+    for index in range(start, end):
+        size = sizes[index]
+        if total + size > room:
+            return index, total
+        total += size
+        if total == room:
+            return index + 1, total
+    return end, total

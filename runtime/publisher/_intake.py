@@ -1,0 +1,108 @@
+"""Admitted messages on their way from `Publisher.publish` to the Publisher actor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from itertools import compress
+from typing import Any
+
+from runtime.publisher._flow_control import FlowGate
+from runtime.publisher._future import fail_future
+
+__all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
+
+# A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
+# future, size, counted. ``counted`` is True when the flow-control gate counted the
+# message at publish (limits in force), False when nothing limits the Publisher and the
+# actor counts it when it takes the message.
+WIDTH = 6
+Row = tuple[bytes, dict[str, str], "str | None", "Future[str]", int, bool]
+Columns = tuple[
+    list[bytes], list[dict[str, str]], list["str | None"], list["Future[str]"], list[int],
+    list[bool],
+]
+
+
+class Intake:
+    """A hand-off between publishing threads and the Publisher actor, without a lock.
+
+    A publisher adds a message with one ``rows.extend`` of its six items: one C call,
+    which no other thread can interleave under the GIL, so the list is always whole
+    messages in publish order, and no tuple per message outlives the call (a backlog
+    costs the garbage collector little). It tells the actor only when `armed` was clear,
+    setting it first; the actor clears `armed` before it takes, so a publisher that
+    finds it set knows a drain still to run will take its message. A burst of publishes
+    is then one mailbox message, and nothing is left behind.
+
+    Only the actor removes, and only a prefix (`take`): appends made meanwhile stay.
+
+    With no flow-control limits the publisher takes no lock at all: admission cannot
+    fail, so the gate counts the message when the actor takes it (`uncounted`). With
+    limits, the publisher adds while holding the gate's lock, after admission. One list
+    serves both, so order holds whatever the mix.
+
+    The actor's final stop `seal`s the intake; a publisher racing that stop finds the
+    seal after its append and fails what is left (see `Publisher`), so every future
+    settles even then.
+    """
+
+    __slots__ = ("armed", "rows", "sealed")
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.armed = False
+        self.sealed = False
+
+    def add(self, row: Row) -> bool:
+        """Append one message; True when the caller must tell the actor to drain."""
+        self.rows.extend(row)
+        if self.armed:
+            return False
+        self.armed = True
+        return True
+
+    def take(self) -> Columns:
+        """Every message added so far, in order, as columns (gate lock held)."""
+        self.armed = False
+        rows = self.rows
+        taken = rows[:]  # a concurrent extend lands wholly before or after this copy
+        del rows[:len(taken)]
+        return _columns(taken)
+
+    def seal(self) -> Columns:
+        """`take`, and mark the intake as no longer read (the actor's final stop)."""
+        self.sealed = True
+        return self.take()
+
+    def queued(self) -> tuple[int, int]:
+        """(messages, bytes) added, not yet taken, and not counted by the gate."""
+        flat = self.rows[:]  # one C call: a concurrent extend lands wholly or not at all
+        return uncounted(flat[4::WIDTH], flat[5::WIDTH])
+
+
+def _columns(flat: list[Any]) -> Columns:
+    return (flat[0::WIDTH], flat[1::WIDTH], flat[2::WIDTH], flat[3::WIDTH],
+            flat[4::WIDTH], flat[5::WIDTH])
+
+
+def uncounted(sizes: list[int], counted: list[bool]) -> tuple[int, int]:
+    """(messages, bytes) of the rows whose ``counted`` flag is False."""
+    if True not in counted:
+        return len(sizes), sum(sizes)
+    if False not in counted:
+        return 0, 0
+    flags = [not flag for flag in counted]
+    return flags.count(True), sum(compress(sizes, flags))
+
+
+def reap(intake: Intake, gate: FlowGate, error: Callable[[], BaseException]) -> None:
+    """Fail every message in a sealed ``intake`` with ``error()`` and release what the
+    gate counted. Each message is taken once: by the actor before the seal, or here by
+    one reaping publisher."""
+    with gate.lock:
+        _, _, _, futures, sizes, counted = intake.take()
+        free, free_bytes = uncounted(sizes, counted)  # never counted: nothing to release
+        gate.release_locked(len(sizes) - free, sum(sizes) - free_bytes)
+    for future in futures:
+        fail_future(future, error())

@@ -1,0 +1,305 @@
+"""The Publisher handle: validates and admits messages, then hands them to its actor.
+
+``publish`` runs in the caller's thread and does only what must happen there: validation
+(raised synchronously, nothing enqueued), flow-control admission when limits are set
+(which may block), one append to the `Intake` (a tell to the `PublisherActor` only when
+it is not already due to drain) and one future. Batching, ordering and settlement happen
+in the actor; see `runtime.publisher._actor`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from actors import ActorSystem
+from runtime.core._message import Message
+from runtime.errors import OrderingKeyPausedError, PublishError
+from runtime.publisher._actor import PublisherActor
+from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_control import FlowControl, FlowGate
+from runtime.publisher._flush import wait_flushed
+from runtime.publisher._future import MessageFuture
+from runtime.publisher._intake import Intake, Row, reap
+from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
+from runtime.publisher._validation import (
+    MAX_MESSAGE_SIZE,
+    as_bytes,
+    check_ordering,
+    checked_attributes,
+    checked_key,
+    closed_error,
+    merge,
+)
+
+__all__ = ["Publisher"]
+
+# Bound of every internal ask and of each slice of an unbounded wait.
+_ASK_TIMEOUT = 10.0
+
+
+class Publisher:
+    """Publishes bytes messages to a topic in batches, with flow control (an actor).
+
+    Build one with ``topic.publisher(...)``. ``publish`` returns a future of the message
+    id at once (unless flow control blocks it); the actor sends batches when a threshold
+    of ``batching`` is reached, and resolves each future when the topic confirms it.
+
+    Args:
+        topic: the target; anything with ``name`` and ``_publish_batch(messages)``.
+        batching: the batch thresholds (default `BatchSettings()`).
+        flow_control: the outstanding limits (default: unlimited).
+        message_ordering: give each ordering key its own lane: one batch in flight per
+            key, in publish order, paused after a failure.
+        system: the `ActorSystem` the Publisher's actor runs in.
+        clock: the time source for batch latency and ``block_timeout``.
+        name: the actor's name (default: chosen by the system).
+
+    Raises:
+        PublishError: code 3 when a setting is invalid.
+    """
+
+    def __init__(
+        self,
+        topic: BatchTopic,
+        *,
+        batching: BatchSettings | None = None,
+        flow_control: FlowControl | None = None,
+        message_ordering: bool = False,
+        system: ActorSystem,
+        clock: Callable[[], float] = time.monotonic,
+        name: str | None = None,
+    ) -> None:
+        self._batching = merge(BatchSettings, BatchSettings(), batching, "batching")
+        self._flow_control = merge(FlowControl, FlowControl(), flow_control, "flow_control")
+        self._message_ordering = check_ordering(message_ordering)
+        self._topic = topic
+        self._gate = FlowGate(self._flow_control, clock=clock)
+        self._intake = Intake()
+        self._paused: frozenset[str] = frozenset()
+        self._closed = False
+        self._options_lock = threading.Lock()
+        self._ref = system.spawn(
+            PublisherActor, name=name, topic=topic, gate=self._gate, intake=self._intake,
+            batching=self._batching, message_ordering=self._message_ordering,
+            on_paused=self._set_paused, clock=clock,
+        )
+        self._tell = self._ref.tell
+        self._send_now = lambda: self._tell(_SEND_NOW)
+
+    @property
+    def topic(self) -> BatchTopic:
+        """The topic this Publisher publishes to."""
+        return self._topic
+
+    @property
+    def batching(self) -> BatchSettings:
+        """The batch thresholds in force."""
+        return self._batching
+
+    @property
+    def flow_control(self) -> FlowControl:
+        """The flow-control limits in force."""
+        return self._flow_control
+
+    @property
+    def message_ordering(self) -> bool:
+        """Whether ordering keys get their own in-order lanes."""
+        return self._message_ordering
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    @property
+    def outstanding(self) -> tuple[int, int]:
+        """The (messages, bytes) accepted and not yet confirmed or failed."""
+        gate = self._gate
+        with gate.lock:  # the actor takes and counts queued messages under this lock
+            messages, nbytes = gate.outstanding_locked()
+            queued, queued_bytes = self._intake.queued()
+        return messages + queued, nbytes + queued_bytes
+
+    def publish(
+        self,
+        data: bytes | bytearray | memoryview,
+        attributes: Mapping[str, str] | None = None,
+        ordering_key: str | None = None,
+    ) -> Future[str]:
+        """Publish ``data`` with string ``attributes``; return a future of its message id.
+
+        Blocks only under flow control ``"block"`` (at most ``block_timeout``). The future
+        fails with the topic's error when the batch fails, or with
+        `OrderingKeyPausedError` when its key was paused meanwhile.
+
+        Raises:
+            PublishError: code 3 for invalid data, attributes, key or size; code 9 when
+                the Publisher is closed.
+            OrderingKeyPausedError: code 9, the key is paused.
+            FlowControlError: code 8, flow-control limits exceeded.
+        """
+        if data.__class__ is not bytes:
+            data = as_bytes(data)
+        if attributes:
+            attributes, size = checked_attributes(attributes, len(data))
+        else:
+            attributes, size = {}, len(data)
+        if ordering_key is not None:
+            ordering_key = checked_key(ordering_key)
+        return self._submit(data, attributes, ordering_key, size)
+
+    def publish_message(self, message: Message) -> Future[str]:
+        """Publish a prepared `Message` (its id and publish time are assigned anew).
+
+        Blocks and raises like `publish`.
+        """
+        if not isinstance(message, Message):
+            raise PublishError("publish_message takes a Message", 3)
+        data = as_bytes(message.data)
+        attributes, size = checked_attributes(message.attributes, len(data))
+        key = message.ordering_key
+        key = None if key is None else checked_key(key)
+        # A fresh Message: the caller's attributes dict may change after the call.
+        return self._submit(data, attributes, key, size)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every pending batch; wait until everything accepted before the call settled.
+
+        Returns at once when nothing is outstanding. Never raises for per-message
+        failures (they are in the futures).
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        if self.outstanding[0] == 0:
+            return
+        done: Future[None] = Future()
+        self._ref.tell(Flush(done=done))
+        wait_flushed(done, timeout, self._ref.is_alive)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new publishes, wake blocked ones, flush, then stop the actor.
+
+        Publishes after (and blocked during) the call raise `PublishError` code 9
+        "Publisher is closed"; one that was already under way when close() began may
+        instead return a future, which is confirmed or fails with that error. What is
+        still unsettled when ``timeout`` passes fails with that error. A second close is
+        a no-op.
+
+        Raises:
+            TimeoutError: the flush did not finish within ``timeout`` seconds.
+        """
+        with self._options_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._gate.close(closed_error)
+        try:
+            self.flush(timeout)
+        finally:
+            self._ref.stop(timeout=_ASK_TIMEOUT)
+
+    def set_options(
+        self,
+        *,
+        batching: BatchSettings | Mapping[str, Any] | None = None,
+        flow_control: FlowControl | Mapping[str, Any] | None = None,
+        message_ordering: bool | None = None,
+    ) -> None:
+        """Change settings; omitted parts keep their value, a mapping merges field-wise.
+
+        Open batches that now reach a threshold go out; flow-control waiters that now
+        fit are admitted. Blocks for one round trip to the actor.
+
+        Raises:
+            PublishError: code 3 for an invalid value (nothing changes); code 9 when closed.
+        """
+        with self._options_lock:
+            new_batching = merge(BatchSettings, self._batching, batching, "batching")
+            new_flow = merge(FlowControl, self._flow_control, flow_control, "flow_control")
+            ordering = self._message_ordering
+            if message_ordering is not None:
+                ordering = check_ordering(message_ordering)
+            if self._closed:
+                raise closed_error()
+            options = SetOptions(batching=new_batching, message_ordering=ordering)
+            self._ref.ask(options, timeout=_ASK_TIMEOUT).result()
+            self._gate.update(new_flow)
+            self._batching, self._flow_control = new_batching, new_flow
+            self._message_ordering = ordering
+
+    def resume_publish(self, ordering_key: str) -> None:
+        """Accept publishes on a paused ordering key again; a no-op for other keys."""
+        if not ordering_key or self._closed:
+            return
+        self._ref.ask(Resume(key=ordering_key), timeout=_ASK_TIMEOUT).result()
+
+    def paused_keys(self) -> list[str]:
+        """The ordering keys paused after a failure, sorted."""
+        return sorted(self._paused)
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Publisher topic={self._topic.name!r} {state}>"
+
+    def _submit(self, data: bytes, attributes: dict[str, str], key: str | None,
+                size: int) -> Future[str]:
+        if size > MAX_MESSAGE_SIZE:
+            raise PublishError("Message size exceeds maximum of 10MB", 3)
+        if key is not None and key in self._paused:
+            raise OrderingKeyPausedError(key)
+        future: Future[str] = MessageFuture()
+        intake = self._intake
+        if self._gate.free:
+            # No limits: nothing to admit, so no lock; the actor counts the message when
+            # it takes it. `Intake.add` inlined: a call here cost ~2% of publish throughput.
+            intake.rows.extend((data, attributes, key, future, size, False))
+            if not intake.armed:
+                intake.armed = True
+                self._tell(_DRAIN)
+        else:
+            self._submit_limited((data, attributes, key, future, size, True))
+        if intake.sealed:  # the actor stopped for good, maybe racing this call
+            reap(intake, self._gate, closed_error)  # fails what it did not take
+        return future
+
+    def _submit_limited(self, row: Row) -> None:
+        """Admit under flow control (may block), then enqueue. One lock covers admission
+        and the tell: once close() has closed the gate, nothing more reaches the
+        actor's mailbox behind its final flush."""
+        gate, size = self._gate, row[4]
+        with gate.lock:
+            if gate.admit_now(size):
+                self._enqueue(row)
+                return
+        waited = gate.acquire(size, on_block=self._send_now)
+        with gate.lock:
+            if gate.closed:
+                gate.release_locked(1, size)
+                raise closed_error()
+            self._enqueue(row)
+            if waited and gate.congested:
+                # Others still wait for capacity: this message must not sit out the
+                # latency in an open batch while they do.
+                self._tell(_SEND_NOW)
+
+    def _enqueue(self, row: Row) -> None:
+        if self._intake.add(row):
+            self._tell(_DRAIN)
+
+    def _set_paused(self, keys: frozenset[str]) -> None:
+        self._paused = keys
+
+
+_SEND_NOW = SendNow()
+_DRAIN = Drain()
