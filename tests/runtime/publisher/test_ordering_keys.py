@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_publisher_support import FakeTopic
+from support.publisher import FakeTopic
 
 from actors import ActorSystem
 from runtime.errors import OrderingKeyPausedError, TopicClosedError

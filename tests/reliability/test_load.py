@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
-from test_reliability_support import (  # noqa: F401 (figures is a fixture)
+from support.reliability import (  # noqa: F401 (figures is a fixture)
     figures,
     wait_until,
     worker_pids,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_support import KEY_ENV, authkey, needs_spark, options, spark_session
+from support.spark import KEY_ENV, authkey, needs_spark, options, spark_session
 
 from runtime import Bus, Message
 from runtime.broker._client import Channel

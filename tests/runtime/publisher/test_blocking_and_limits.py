@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import Future
 
 import pytest
-from test_publisher_support import FakeTopic
+from support.publisher import FakeTopic
 
 from actors import ActorSystem
 from runtime.errors import FlowControlError, TopicClosedError

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_reliability_support import figures, process_usage, wait_until  # noqa: F401
+from support.reliability import figures, process_usage, wait_until  # noqa: F401
 
 from runtime import Bus
 

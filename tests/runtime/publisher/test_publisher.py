@@ -10,7 +10,7 @@ import time
 from concurrent.futures import Future, wait
 
 import pytest
-from test_publisher_support import FakeTopic, batching
+from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
 from runtime.errors import TopicClosedError

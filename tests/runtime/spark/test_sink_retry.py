@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_support import authkey, needs_spark, options, spark_session
+from support.spark import authkey, needs_spark, options, spark_session
 
 from runtime import Bus, Message
 from runtime.broker._server import BusServer, serve

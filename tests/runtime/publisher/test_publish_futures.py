@@ -207,9 +207,9 @@ def test_a_future_never_gains_an_attribute_after_it_is_created() -> None:
 
 
 def test_reading_the_future_being_resolved_mid_collection_does_not_crash() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     run = subprocess.run(
-        [sys.executable, "-X", "faulthandler", str(root / "tests" / "_future_stress.py"), "50"],
+        [sys.executable, "-X", "faulthandler", str(root / "tests" / "support" / "future_stress.py"), "50"],
         env={**os.environ, "PYTHONPATH": str(root)},
         capture_output=True, text=True, timeout=120, check=False,
     )

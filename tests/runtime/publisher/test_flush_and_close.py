@@ -8,7 +8,7 @@ import time
 from concurrent.futures import Future
 
 import pytest
-from test_publisher_support import LONG, FakeTopic, batching
+from support.publisher import LONG, FakeTopic, batching
 
 from actors import ActorSystem
 from runtime.core._message import Message

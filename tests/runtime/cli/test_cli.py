@@ -327,7 +327,7 @@ def test_serve_runs_a_broker_with_metrics_and_stops_on_sigterm(tmp_path: Path) -
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_demo_with_spark_aggregates_revenue_and_adds_up(tmp_path: Path) -> None:
-    from spark_support import MISSING
+    from support.spark import MISSING
 
     if MISSING is not None:
         pytest.skip(MISSING)
