@@ -97,6 +97,10 @@ class ActorSystem:
               **kwargs: Any) -> Ref:
         """Start an actor under the root supervisor and return its Ref once it runs.
 
+        The actor is a ``transient`` child: a failing tell handler restarts it, a normal
+        stop (``self.stop()``, ``ref.stop()``) is final. Past its own restart budget
+        (`SupervisorSpec`'s defaults) it is stopped alone, with an ``"escalated"`` event.
+
         Blocks until the actor's ``on_start`` returned (a process actor: until its
         process runs it). ``factory`` is an `Actor` subclass or a callable returning one;
         ``args``/``kwargs`` go to it. With ``process=True`` the actor lives in its own
@@ -107,11 +111,14 @@ class ActorSystem:
             SpawnError: the actor could not be built or started.
         """
         spec = ChildSpec(id=name or self._auto_name(factory), factory=factory, args=args,
-                         kwargs=kwargs, process=process)
+                         kwargs=kwargs, restart="transient", process=process)
         return self.start_child(self._root.ref, spec)
 
     def supervise(self, spec: SupervisorSpec, *, name: str | None = None) -> Ref:
         """Start a supervisor (under the root) and return once every child of it runs.
+
+        When the tree gives up (more than its ``max_restarts`` within ``within``), the
+        root stops it alone and emits ``"escalated"`` with its `RestartLimitError`.
 
         Raises:
             NameTakenError: the supervisor's name or a child's id is in use.
@@ -256,8 +263,8 @@ class ActorSystem:
 
     def _end_processes(self, deadline: float) -> None:
         with self._lock:
-            processes = [c.process for c in self._processes]
-            self._processes.clear()
+            channels, self._processes = self._processes, []
+        processes = [c.process for c in channels]
         survivors = [p for p in processes if p.is_alive()]
         for process in survivors:
             process.terminate()
@@ -267,6 +274,8 @@ class ActorSystem:
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+        for channel in channels:
+            channel.kill_group()
 
     def __repr__(self) -> str:
         return f"<ActorSystem {self.name!r} ({len(self._cells)} actors)>"
