@@ -7,7 +7,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from actors._actor import Actor
 from actors._cell import Cell, ChildExited, ChildFailed, ChildFinished, StopChild
@@ -60,11 +60,16 @@ class Supervisor(Actor):
         self._streak: dict[Cell, tuple[int, float]] = {}
 
     @property
+    def _own(self) -> Cell:
+        """This supervisor's cell (a supervisor always runs in a cell of its system)."""
+        return cast("Cell", self._actorbus_cell)
+
+    @property
     def children(self) -> list[Cell]:
-        return self._actorbus_cell.children  # type: ignore[no-any-return]
+        return self._own.children
 
     def on_start(self) -> None:
-        own = self._actorbus_cell
+        own = self._own
         if not own.children:
             own.children.extend(own.system.make_cell(child, self.ref) for child in self.spec.children)
         for cell in self.children:
@@ -170,7 +175,7 @@ class Supervisor(Actor):
             targets = tuple(c for c in targets if c is not cell)
         delay = self._backoff(cell)
         if delay > 0:
-            self._actorbus_cell.system.scheduler.call_later(
+            self._own.system.scheduler.call_later(
                 delay, lambda: self.ref.tell(_RestartDue(targets))
             )
         else:

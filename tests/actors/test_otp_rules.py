@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.actors import EventLog, Worker
+from support.supervision import EventLog, Worker
 
 from actors import ActorSystem, ChildSpec, SupervisorSpec
 from actors.errors import RestartLimitError

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import pytest
-from support.actors import EventLog, Worker
+from support.supervision import EventLog, Worker
 
 from actors import Actor, ActorSystem, Backoff, ChildSpec, SupervisorSpec
 from actors.errors import RestartLimitError

@@ -91,7 +91,7 @@ def test_a_child_whose_mail_reader_fails_exits_and_is_replaced(system: ActorSyst
     system.events.subscribe(watch)
     ref = system.spawn(Pid, name="reader", process=True)
     pid = ref.ask("pid").result(10)
-    channel = system._cells["reader"]._live  # the parent's end of its pipe
+    channel = system._kernel.cells["reader"]._live  # the parent's end of its pipe
 
     channel.conn.send_bytes(b"not a pickle")  # the child's reader cannot decode this
 
