@@ -64,6 +64,9 @@ class ProcessCell(Cell):
     def ask(self, message: Any, timeout: float | None) -> Future[Any]:
         payload = dump_message(self.name, message)
         future: Future[Any] = Future()
+        if self.dead:  # as for a thread actor: the ask fails, it is not a dead letter
+            future.set_exception(ActorDeadError(self.name))
+            return future
         if timeout is not None:
             self.system.scheduler.expire_ask(future, self.name, timeout)
         self._send(wire.ASK, message, payload, future)
