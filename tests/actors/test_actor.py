@@ -1,4 +1,4 @@
-"""Thread actors: futures, fresh instances, names, events, dead letters, shutdown (shared cases: test_actor_kinds.py)."""
+"""Thread actors: futures, fresh instances, names, events, dead letters (shared: test_actor_kinds)."""
 
 from __future__ import annotations
 
