@@ -19,7 +19,7 @@ from pykka._introspection import get_attr_directly, introspect_attrs
 
 __all__ = [
     "PYKKA_MESSAGES", "DescribeAttrs", "Mailbox", "MailboxRef", "handle_pykka_message",
-    "stand_in_for",
+    "remote_proxy", "stand_in_for",
 ]
 
 
@@ -48,6 +48,21 @@ def handle_pykka_message(actor: Any, message: Any) -> Any:
         return introspect_attrs(root=actor, proxy=_NoProxy())  # type: ignore[arg-type]
     actor._actorbus_cell.begin_stop()  # messages._ActorStop: a final stop, as in pykka
     return None
+
+
+def remote_proxy(mailbox: Mailbox, cls: type[pykka.Actor],
+                 table: dict[Any, Any]) -> pykka.ActorProxy[Any]:
+    """pykka's proxy for an actor of class ``cls`` living elsewhere (a process actor).
+
+    ``table`` is the attribute table the actor itself reported (`DescribeAttrs`).
+    Traversable attributes are known one level deep.
+    """
+    stand_in = stand_in_for(cls, table)
+    ref = MailboxRef(mailbox, stand_in)
+    ref.stand_in = stand_in  # the proxy holds the instance only weakly
+    proxy = pykka.ActorProxy(actor_ref=ref)
+    proxy._known_attrs = table
+    return proxy
 
 
 def stand_in_for(cls: type[pykka.Actor], table: dict[Any, Any]) -> pykka.Actor:

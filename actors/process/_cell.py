@@ -12,7 +12,7 @@ import pykka
 
 from actors._actor import Actor
 from actors._cell import Cell, ChildExited
-from actors._pykka import DescribeAttrs, MailboxRef, stand_in_for
+from actors._pykka import DescribeAttrs, remote_proxy
 from actors.errors import ActorDeadError, SpawnError, WorkerCrashedError
 from actors.process import _wire as wire
 from actors.process._channel import DEFAULT_STALL_TIMEOUT, Channel
@@ -105,13 +105,7 @@ class ProcessCell(Cell):
                             f"an importable Actor class, not {factory!r}")
         if self.dead:
             raise ActorDeadError(self.name)
-        table = self.ask(DescribeAttrs(), 60.0).result()
-        stand_in = stand_in_for(factory, table)
-        ref = MailboxRef(self, stand_in)
-        ref.stand_in = stand_in  # the proxy holds the instance weakly
-        proxy = pykka.ActorProxy(actor_ref=ref)
-        proxy._known_attrs = table
-        return proxy
+        return remote_proxy(self, factory, self.ask(DescribeAttrs(), 60.0).result())
 
     @property
     def pid(self) -> int | None:
@@ -167,7 +161,7 @@ class ProcessCell(Cell):
             return True
         live.process.join(timeout)
         ended = not live.process.is_alive()
-        _end_process(live)
+        live.end()
         return self._reaped.wait(timeout + 2.0) and ended
 
     def _ask_to_stop(self) -> Channel | None:
@@ -192,7 +186,7 @@ class ProcessCell(Cell):
         for _, message, _, reply in pending:
             self.refuse(message, reply, "stopped")
         if live is not None:
-            _end_process(live)
+            live.end()
 
     # -- called by the I/O thread ---------------------------------------------------------
     def on_frame(self, channel: Channel, items: list[tuple[Any, ...]]) -> None:
@@ -298,14 +292,3 @@ def _fail(reply: Future[Any], error: BaseException) -> None:
         reply.set_exception(error)
     except InvalidStateError:
         pass
-
-
-def _end_process(channel: Channel, grace: float = 1.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds, a process that is still running."""
-    process = channel.process
-    if process.is_alive():
-        process.terminate()
-        process.join(grace)
-    if process.is_alive():
-        process.kill()
-        process.join(grace)

@@ -103,6 +103,16 @@ class Channel:
         while tells and tells[0][0] <= seq:
             tells.popleft()
 
+    def end(self, grace: float = 1.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds, the process if it still runs."""
+        process = self.process
+        if process.is_alive():
+            process.terminate()
+            process.join(grace)
+        if process.is_alive():
+            process.kill()
+            process.join(grace)
+
     def kill_group(self) -> None:
         """SIGKILL what is left of the process's group: whatever its handlers started.
 
