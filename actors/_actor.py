@@ -65,6 +65,10 @@ class Actor(pykka.ThreadingActor):
             f"use system.spawn({cls.__name__}, ...) (or supervise()/pool())"
         )
 
+    def __str__(self) -> str:
+        cell = self._actorbus_cell  # named by its cell (stable across restarts), not its urn
+        return f"{type(self).__name__} ({cell.name if cell is not None else self.actor_urn})"
+
     @staticmethod
     def _create_actor_inbox() -> queue.SimpleQueue[Any]:
         return queue.SimpleQueue()
@@ -88,7 +92,7 @@ class Actor(pykka.ThreadingActor):
         try:
             self.on_start()
         except BaseException as exc:
-            logger.error("on_start of actor %r failed:", cell.name, exc_info=exc)
+            logger.error("Unhandled exception in %s:", self, exc_info=exc)
             cell.incarnation_failed(self, exc, start=True)
             return
         cell.incarnation_running(self)
@@ -111,8 +115,7 @@ class Actor(pykka.ThreadingActor):
                 try:
                     result = (handle if message.__class__ in PYKKA_MESSAGES else receive)(message)
                 except Exception as exc:
-                    logger.info("Exception returned from actor %r to caller:", cell.name,
-                                exc_info=exc)
+                    logger.info("Exception returned from %s to caller:", self, exc_info=exc)
                     _fail(reply, exc)
                     cell.ask_failed(self, exc)
                 except BaseException as exc:  # SystemExit & co: the caller learns, the actor fails
@@ -124,18 +127,18 @@ class Actor(pykka.ThreadingActor):
                     _answer(reply, result)
 
     def _report_failure(self, exc: BaseException) -> None:
-        logger.error("Unhandled exception in actor %r:", self._actorbus_cell.name, exc_info=exc)
+        logger.error("Unhandled exception in %s:", self, exc_info=exc)
         try:
             self.on_failure(type(exc), exc, exc.__traceback__)
-        except Exception:
-            logger.exception("on_failure of %s raised", self)
+        except Exception as error:
+            logger.error("Unhandled exception in %s:", self, exc_info=error)
 
     def _stop_incarnation(self) -> None:
         self.actor_stopped.set()
         try:
             self.on_stop()
-        except Exception:
-            logger.exception("on_stop of %s raised", self)
+        except Exception as error:
+            logger.error("Unhandled exception in %s:", self, exc_info=error)
 
 
 def _answer(reply: Future[Any], result: Any) -> None:

@@ -126,10 +126,11 @@ class Cell:
     def begin_stop(self) -> None:
         """Ask for a final stop (through the supervisor, which then forgets the child)."""
         self.stop_requested = True
+        # The stop goes into the mailbox at once (mail sent after it is refused, as in
+        # pykka); the supervisor is told so that it forgets the child rather than restart it.
+        self.request_stop()
         if self.parent is not None and self.parent.is_alive():
             self.parent.tell(StopChild(self))
-        else:
-            self.request_stop()
 
     def _on_own_thread(self) -> bool:
         return False

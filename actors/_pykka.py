@@ -138,7 +138,7 @@ class MailboxRef(pykka.ActorRef[Any]):
         self.actor_inbox = actor.actor_inbox
         self.actor_stopped = actor.actor_stopped
 
-    def __str__(self) -> str:
+    def __str__(self) -> str:  # as the actor's own: named by its mailbox, not by one urn
         return f"{self.actor_class.__name__} ({self._mailbox.name})"
 
     def is_alive(self) -> bool:

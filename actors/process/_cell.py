@@ -218,7 +218,7 @@ class ProcessCell(Cell):
         except Exception as exc:
             ok, value = False, _not_loadable(self.name, "reply", exc)
         if not ok:
-            logger.info("Exception returned from actor %r to caller:", self.name, exc_info=value)
+            logger.info("Exception returned from %s to caller:", self._label(), exc_info=value)
         try:
             if ok:
                 reply.set_result(value)
@@ -226,6 +226,10 @@ class ProcessCell(Cell):
                 reply.set_exception(value)
         except InvalidStateError:
             pass
+
+    def _label(self) -> str:
+        """How pykka names an actor in its logs: ``Class (name)``."""
+        return f"{getattr(self.spec.factory, '__name__', 'Actor')} ({self.name})"
 
     def _load_error(self, payload: bytes) -> BaseException:
         try:
@@ -235,7 +239,7 @@ class ProcessCell(Cell):
         return error if isinstance(error, BaseException) else RuntimeError(repr(error))
 
     def _tell_failed(self, channel: Channel, seq: int, error: BaseException) -> None:
-        logger.error("Unhandled exception in actor %r:", self.name, exc_info=error)
+        logger.error("Unhandled exception in %s:", self._label(), exc_info=error)
         with self._lock:
             channel.acked(seq - 1)
             failed = channel.tells.popleft() if channel.tells and channel.tells[0][0] == seq else None
