@@ -105,3 +105,12 @@ def test_shutdown_stops_every_actor_and_is_idempotent() -> None:
     system.shutdown(timeout=5)
 
     assert not any(ref.is_alive() for ref in refs)
+
+
+def test_actor_system_shows_only_its_contract() -> None:
+    public = {name for name in dir(ActorSystem) if not name.startswith("_")}
+
+    assert public == {"lookup", "pool", "shutdown", "spawn", "status", "supervise"}
+    with ActorSystem("faces") as system:
+        fields = {name for name in vars(system) if not name.startswith("_")}
+        assert fields == {"name", "start_method", "dead_letters", "events"}
