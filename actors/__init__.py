@@ -1,4 +1,13 @@
-"""actors: an actor kernel on pykka threads and multiprocessing processes."""
+"""actors: an actor kernel on pykka threads and multiprocessing processes.
+
+- ``_actor``, ``_thread_cell``, ``_cell``, ``_ref``: the actor, its mailbox and its stable handle.
+- ``_pykka``: pykka's proxies and ``self.actor_ref`` over that mailbox.
+- ``_system`` (the public face) and ``_kernel`` (names, cells, process plumbing).
+- ``_supervisor``, ``_spec``, ``_scheduler``: OTP supervision, its specs, backoff timers.
+- ``_pool``, ``_events``, ``_dead_letters``, ``_status``: pools, lifecycle events, dead letters,
+  ``status()``.
+- ``process``: actors hosted in their own OS process (child, pipe, wire protocol).
+"""
 
 from actors import errors
 from actors._actor import Actor

@@ -8,6 +8,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pykka
+
 from actors._dead_letters import DeadLetter, DeadLetterReason
 from actors._events import Event, EventKind
 from actors._ref import Ref
@@ -100,6 +102,9 @@ class Cell:
     def in_flight(self) -> int:
         raise NotImplementedError
 
+    def proxy(self) -> pykka.ActorProxy[Any]:
+        raise NotImplementedError
+
     @property
     def pid(self) -> int | None:
         return None
@@ -112,15 +117,20 @@ class Cell:
         """Stop for good: queued mail is handled first; blocks up to ``timeout``."""
         if self.dead:
             return
-        self.stop_requested = True
-        if self.parent is not None and self.parent.is_alive():
-            self.parent.tell(StopChild(self))
-        else:
-            self.request_stop()
+        self.begin_stop()
         if self._on_own_thread():
             return
         if not self.finished.wait(timeout):
             self.finish("stopped")
+
+    def begin_stop(self) -> None:
+        """Ask for a final stop (through the supervisor, which then forgets the child)."""
+        self.stop_requested = True
+        # The stop goes into the mailbox at once (mail sent after it is refused, as in
+        # pykka); the supervisor is told so that it forgets the child rather than restart it.
+        self.request_stop()
+        if self.parent is not None and self.parent.is_alive():
+            self.parent.tell(StopChild(self))
 
     def _on_own_thread(self) -> bool:
         return False

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from actors._spec import ChildSpec, SupervisorSpec
 
 if TYPE_CHECKING:
+    from actors._cell import Cell
+    from actors._kernel import Kernel
     from actors._ref import Ref
-    from actors._system import ActorSystem
 
 __all__ = ["Pool", "Router"]
 
@@ -40,7 +41,7 @@ class Pool:
     order holds.
     """
 
-    def __init__(self, system: ActorSystem, factory: Any, args: tuple[Any, ...],
+    def __init__(self, kernel: Kernel, root: Ref, factory: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any], *, size: int, process: bool, router: Router,
                  name: str, stuck_after: float | None = None) -> None:
         if router not in _ROUTERS:
@@ -49,16 +50,20 @@ class Pool:
             raise ValueError(f"pool size must be an int >= 1, got {size!r}")
         self.name = name
         self.router = router
-        self._system = system
+        self._kernel = kernel
         self._factory, self._args, self._kwargs, self._process = factory, args, kwargs, process
         self._stuck_after = stuck_after
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._rotation = itertools.count()
         spec = SupervisorSpec(children=(), max_restarts=max(20, 10 * size), within=5.0)
-        self._supervisor = system.supervise(spec, name=name)
-        self._members: tuple[Ref, ...] = ()
-        self._grow(size)
+        self._supervisor = kernel.start_child(root, ChildSpec(id=name, factory=spec)).ref
+        self._members: tuple[Cell, ...] = ()
+        try:
+            self._grow(size)
+        except BaseException:
+            self._supervisor.stop()  # a failed start leaves nothing running
+            raise
 
     @property
     def size(self) -> int:
@@ -67,7 +72,7 @@ class Pool:
 
     def members(self) -> list[Ref]:
         """The members' Refs (stable across member restarts)."""
-        return list(self._members)
+        return [cell.ref for cell in self._members]
 
     def tell(self, message: Any, *, key: Any = None) -> None:
         """Send to one member chosen by the router (or by ``key``). Never blocks."""
@@ -75,7 +80,7 @@ class Pool:
 
     def ask(self, message: Any, *, key: Any = None, timeout: float | None = 5.0) -> Future[Any]:
         """Ask one member chosen by the router (or by ``key``); see `Ref.ask`."""
-        return self._pick(key).ask(message, timeout=timeout)
+        return self._pick(key).ask(message, timeout)
 
     def resize(self, size: int) -> None:
         """Grow or shrink to ``size`` members; returns once new members run.
@@ -89,8 +94,8 @@ class Pool:
             extra = size - len(self._members)
             removed = self._members[size:] if extra < 0 else ()
             self._members = self._members[:size]
-        for ref in reversed(removed):
-            ref.stop()
+        for cell in reversed(removed):
+            cell.ref.stop()
         if extra > 0:
             self._grow(extra)
 
@@ -99,15 +104,22 @@ class Pool:
         self._supervisor.stop(timeout=timeout)
 
     def _grow(self, count: int) -> None:
-        specs = [ChildSpec(id=f"{self.name}-{next(self._ids)}", factory=self._factory,
-                           args=self._args, kwargs=self._kwargs, process=self._process,
-                           stuck_after=self._stuck_after)
-                 for _ in range(count)]
-        refs = [self._system.start_child(self._supervisor, spec) for spec in specs]
+        """Start ``count`` members; if one fails, stop those this call started, then raise."""
+        started: list[Cell] = []
+        try:
+            for _ in range(count):
+                spec = ChildSpec(id=f"{self.name}-{next(self._ids)}", factory=self._factory,
+                                 args=self._args, kwargs=self._kwargs, process=self._process,
+                                 stuck_after=self._stuck_after)
+                started.append(self._kernel.start_child(self._supervisor, spec))
+        except BaseException:
+            for cell in reversed(started):
+                cell.ref.stop()
+            raise
         with self._lock:
-            self._members = (*self._members, *refs)
+            self._members = (*self._members, *started)
 
-    def _pick(self, key: Any) -> Ref:
+    def _pick(self, key: Any) -> Cell:
         members = self._members
         if not members:
             raise RuntimeError(f"pool {self.name!r} is stopped")
@@ -119,16 +131,16 @@ class Pool:
         return _least_busy(members, start)
 
 
-def _least_busy(members: tuple[Ref, ...], start: int) -> Ref:
+def _least_busy(members: tuple[Cell, ...], start: int) -> Cell:
     """The member with the fewest messages in flight; ties rotate."""
     count = len(members)
     best = members[start % count]
-    best_load = best._cell.in_flight()
+    best_load = best.in_flight()
     for offset in range(1, count):
         if best_load == 0:
             break
         candidate = members[(start + offset) % count]
-        load = candidate._cell.in_flight()
+        load = candidate.in_flight()
         if load < best_load:
             best, best_load = candidate, load
     return best

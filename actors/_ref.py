@@ -5,6 +5,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+import pykka
+
 if TYPE_CHECKING:
     from actors._cell import Cell
 
@@ -57,6 +59,19 @@ class Ref:
         to ``timeout`` seconds, then drops what is left into the dead letters.
         """
         self._cell.stop(timeout)
+
+    def proxy(self) -> pykka.ActorProxy[Any]:
+        """pykka's `ActorProxy` for this actor: attribute reads and method calls return
+        pykka futures (``.get(timeout=None)``), ``.defer()`` calls with tell semantics.
+
+        Thread actors, and process actors whose factory is an importable `Actor` class.
+        A proxy made before a restart keeps working: it sends to the live mailbox.
+
+        Raises:
+            ActorDeadError: the actor is stopped.
+            TypeError: a process actor built by something other than an `Actor` class.
+        """
+        return self._cell.proxy()
 
     def is_alive(self) -> bool:
         """True until the actor is stopped for good (also while it restarts)."""

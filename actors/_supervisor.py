@@ -7,7 +7,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from actors._actor import Actor
 from actors._cell import Cell, ChildExited, ChildFailed, ChildFinished, StopChild
@@ -17,6 +17,8 @@ from actors.errors import RestartLimitError, SpawnError
 __all__ = ["AddChild", "ShutdownChildren", "Supervisor"]
 
 logger = logging.getLogger(__name__)
+
+_DEFAULT_BUDGET = (SupervisorSpec(children=()).max_restarts, SupervisorSpec(children=()).within)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +56,20 @@ class Supervisor(Actor):
         self.root = root
         self._clock = clock
         self._restarts: deque[float] = deque()
+        self._budgets: dict[Cell, deque[float]] = {}  # the root's: one per top-level child
         self._streak: dict[Cell, tuple[int, float]] = {}
 
     @property
+    def _own(self) -> Cell:
+        """This supervisor's cell (a supervisor always runs in a cell of its system)."""
+        return cast("Cell", self._actorbus_cell)
+
+    @property
     def children(self) -> list[Cell]:
-        return self._actorbus_cell.children  # type: ignore[no-any-return]
+        return self._own.children
 
     def on_start(self) -> None:
-        own = self._actorbus_cell
+        own = self._own
         if not own.children:
             own.children.extend(own.system.make_cell(child, self.ref) for child in self.spec.children)
         for cell in self.children:
@@ -143,10 +151,19 @@ class Supervisor(Actor):
                 cell.stop_incarnation(cell.spec.shutdown)
             cell.finish("stopped")
             return
+        if self.root and isinstance(message.error, RestartLimitError):
+            self._drop(cell, message.error)  # a top-level tree gave up: it goes, alone
+            return
         self._handle(cell, restarted=message.restarted)
 
     def _handle(self, cell: Cell, *, restarted: bool) -> None:
-        if not self._within_limit():
+        if self.root:
+            max_restarts, within = _budget_of(cell)
+            if not _within(self._budgets.setdefault(cell, deque()), self._clock(),
+                           max_restarts, within):
+                self._drop(cell, RestartLimitError(cell.name, max_restarts, within))
+                return
+        elif not _within(self._restarts, self._clock(), self.spec.max_restarts, self.spec.within):
             self._give_up()
             return
         targets = self._targets(cell)
@@ -158,7 +175,7 @@ class Supervisor(Actor):
             targets = tuple(c for c in targets if c is not cell)
         delay = self._backoff(cell)
         if delay > 0:
-            self._actorbus_cell.system.scheduler.call_later(
+            self._own.system.scheduler.call_later(
                 delay, lambda: self.ref.tell(_RestartDue(targets))
             )
         else:
@@ -180,16 +197,11 @@ class Supervisor(Actor):
                 continue
             if cell.incarnation_active():
                 continue
+            if cell.spec.restart == "temporary":  # a sibling stopped with the others: removed
+                cell.finish("stopped")
+                continue
             cell.restarts += 1
             self._start(cell)
-
-    def _within_limit(self) -> bool:
-        now = self._clock()
-        window = self._restarts
-        while window and now - window[0] > self.spec.within:
-            window.popleft()
-        window.append(now)
-        return len(window) <= self.spec.max_restarts
 
     def _backoff(self, cell: Cell) -> float:
         now = self._clock()
@@ -199,14 +211,37 @@ class Supervisor(Actor):
         return self.spec.backoff.delay(count) if self.spec.backoff else 0.0
 
     def _give_up(self) -> None:
-        """Stop every child (reverse order); a nested supervisor then fails itself,
-        the root finishes its children, reports ``escalated`` and carries on empty."""
-        error = RestartLimitError(self.ref.name, self.spec.max_restarts, self.spec.within)
+        """Stop every child (reverse order), then fail: the parent decides what follows."""
         self.on_stop()
         self._restarts.clear()
-        if not self.root:
-            raise error
-        for cell in reversed(list(self.children)):
-            cell.finish("stopped")
-        self.children.clear()
-        self._actorbus_cell.emit("escalated", error)
+        raise RestartLimitError(self.ref.name, self.spec.max_restarts, self.spec.within)
+
+    def _drop(self, cell: Cell, error: RestartLimitError) -> None:
+        """The root's answer to a top-level child past its budget: stop it alone, report it.
+
+        The root itself never gives up; unrelated top-level actors keep running.
+        """
+        self._budgets.pop(cell, None)
+        self._streak.pop(cell, None)
+        cell.emit("escalated", error)
+        if not cell.stop_incarnation(cell.spec.shutdown):
+            logger.warning("child %s did not stop within %ss", cell.name, cell.spec.shutdown)
+        cell.finish("stopped")
+        if cell in self.children:
+            self.children.remove(cell)
+
+
+def _budget_of(cell: Cell) -> tuple[int, float]:
+    """A top-level child's restart budget: its tree's own, or `SupervisorSpec`'s defaults."""
+    factory = cell.spec.factory
+    if isinstance(factory, SupervisorSpec):
+        return factory.max_restarts, factory.within
+    return _DEFAULT_BUDGET
+
+
+def _within(window: deque[float], now: float, max_restarts: int, within: float) -> bool:
+    """Count one more restart at ``now``; True while no more than ``max_restarts`` in ``within``."""
+    while window and now - window[0] > within:
+        window.popleft()
+    window.append(now)
+    return len(window) <= max_restarts

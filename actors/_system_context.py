@@ -8,25 +8,31 @@ if TYPE_CHECKING:
     from actors._cell import Cell
     from actors._dead_letters import DeadLetters
     from actors._events import Events
+    from actors._ref import Ref
     from actors._scheduler import Scheduler
+    from actors._spec import ChildSpec
+    from actors.process._cell import ProcessCell
+    from actors.process._channel import Channel
 
 __all__ = ["SystemContext"]
 
 
 class SystemContext(Protocol):
-    """The parts of an `ActorSystem` that its cells use."""
+    """The parts of a system's kernel (`actors._kernel.Kernel`) that its cells use."""
 
     name: str
     dead_letters: DeadLetters
     events: Events
     scheduler: Scheduler
 
+    def make_cell(self, spec: ChildSpec, parent: Ref | None) -> Cell: ...
+
     def register(self, cell: Cell) -> None: ...
 
     def unregister(self, cell: Cell) -> None: ...
 
-    def process_host(self) -> Any: ...
+    def process_host(self) -> Any: ...  # a multiprocessing context (typeshed's BaseContext lacks Process)
 
-    def adopt_process(self, cell: Any, channel: Any) -> None: ...
+    def adopt_process(self, cell: ProcessCell, channel: Channel) -> None: ...
 
-    def schedule_write(self, channel: Any) -> None: ...
+    def schedule_write(self, channel: Channel) -> None: ...

@@ -8,8 +8,11 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+import pykka
+
 from actors._actor import RESTART, STOP, Actor, Control
 from actors._cell import Cell, ChildExited
+from actors._pykka import MailboxRef
 from actors.errors import ActorDeadError, SpawnError
 
 if TYPE_CHECKING:
@@ -92,6 +95,7 @@ class ThreadCell(Cell):
         actor = build_actor(spec.factory, spec.args, spec.kwargs, self.name)
         actor.actor_inbox = self.inbox  # type: ignore[assignment]
         actor._actorbus_cell = self
+        actor._actor_ref = MailboxRef(self, actor)
         self.actor = actor
         self.incarnations += 1
         self._done.clear()
@@ -99,6 +103,12 @@ class ThreadCell(Cell):
 
     def incarnation_active(self) -> bool:
         return not self._done.is_set()
+
+    def proxy(self) -> pykka.ActorProxy[Any]:
+        actor = self.actor
+        if actor is None or self.dead:
+            raise ActorDeadError(self.name)
+        return pykka.ActorProxy(actor_ref=actor.actor_ref)
 
     def request_stop(self) -> None:
         self.inbox.put((None, STOP))
@@ -115,10 +125,9 @@ class ThreadCell(Cell):
         self._thread_ident = threading.get_ident()
         self.running()
 
-    def incarnation_failed(
-        self, actor: Actor, error: BaseException, *, start: bool = False, message: Any = None
-    ) -> None:
-        if not start:
+    def incarnation_failed(self, actor: Actor, error: BaseException, *, start: bool = False,
+                           message: Any = None, answered: bool = False) -> None:
+        if not start and not answered:
             self.dead_letter(message, "crashed")
         self._done.set()
         self.failed(error, start=start)

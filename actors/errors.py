@@ -4,7 +4,7 @@ Every error pickles (it may cross a process boundary): each keeps the arguments 
 was built with in ``args`` and builds its text in ``__str__``.
 
     ActorError
-    ├── ActorDeadError               the actor is stopped; an ask to it cannot be answered
+    ├── ActorDeadError               (also pykka.ActorDeadError) the actor is stopped
     ├── AskTimeoutError              (also TimeoutError) no reply within the ask's timeout
     ├── ActorNotFoundError           (also LookupError) no actor of that name
     ├── NameTakenError               (also ValueError) the name is in use
@@ -15,6 +15,8 @@ was built with in ``args`` and builds its text in ``__str__``.
 """
 
 from __future__ import annotations
+
+import pykka
 
 __all__ = [
     "ActorDeadError",
@@ -33,8 +35,10 @@ class ActorError(Exception):
     """Root of every error raised by `actors`."""
 
 
-class ActorDeadError(ActorError):
+class ActorDeadError(ActorError, pykka.ActorDeadError):
     """The actor is stopped: an ask to it can never be answered.
+
+    Also a ``pykka.ActorDeadError``, so pykka code that catches that keeps working.
 
     Args:
         name: the actor's name.

@@ -31,6 +31,15 @@ def system() -> Iterator[ActorSystem]:
         yield actor_system
 
 
+@pytest.fixture(params=["thread", "process"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """``"thread"`` or ``"process"``: runs a test once per actor kind where both must agree.
+
+    Spawn with ``process=kind == "process"``.
+    """
+    return str(request.param)
+
+
 @pytest.fixture
 def soak(request: pytest.FixtureRequest) -> bool:
     """True when the run was started with --soak."""

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
 
+import pykka
+
+from actors._actor import Actor
 from actors._cell import Cell, ChildExited
+from actors._pykka import DescribeAttrs, remote_proxy
 from actors.errors import ActorDeadError, SpawnError, WorkerCrashedError
+from actors.process import _wire as wire
 from actors.process._channel import DEFAULT_STALL_TIMEOUT, Channel
 from actors.process._child import child_main
 from actors.process._child import heartbeat_period as _heartbeat_period
@@ -20,6 +26,8 @@ if TYPE_CHECKING:
     from actors._system_context import SystemContext
 
 __all__ = ["ProcessCell"]
+
+logger = logging.getLogger(__name__)
 
 _HEARTBEAT_GRACE = 1.0  # seconds of silence tolerated beyond stuck_after
 
@@ -51,14 +59,17 @@ class ProcessCell(Cell):
 
     # -- senders ------------------------------------------------------------------------
     def tell(self, message: Any) -> None:
-        self._send("t", message, dump_message(self.name, message), None)
+        self._send(wire.TELL, message, dump_message(self.name, message), None)
 
     def ask(self, message: Any, timeout: float | None) -> Future[Any]:
         payload = dump_message(self.name, message)
         future: Future[Any] = Future()
+        if self.dead:  # as for a thread actor: the ask fails, it is not a dead letter
+            future.set_exception(ActorDeadError(self.name))
+            return future
         if timeout is not None:
             self.system.scheduler.expire_ask(future, self.name, timeout)
-        self._send("a", message, payload, future)
+        self._send(wire.ASK, message, payload, future)
         return future
 
     def _send(self, kind: str, message: Any, payload: bytes | None, reply: Future[Any] | None) -> None:
@@ -82,6 +93,19 @@ class ProcessCell(Cell):
 
     def in_flight(self) -> int:
         return self.mailbox_size()
+
+    def proxy(self) -> pykka.ActorProxy[Any]:
+        """pykka's proxy over the pipe; introspects a stand-in built from the child's table.
+
+        Blocks up to a minute for the child's attribute table.
+        """
+        factory = self.spec.factory
+        if not (isinstance(factory, type) and issubclass(factory, Actor)):
+            raise TypeError(f"proxy() of process actor {self.name!r} needs its factory to be "
+                            f"an importable Actor class, not {factory!r}")
+        if self.dead:
+            raise ActorDeadError(self.name)
+        return remote_proxy(self, factory, self.ask(DescribeAttrs(), 60.0).result())
 
     @property
     def pid(self) -> int | None:
@@ -137,7 +161,7 @@ class ProcessCell(Cell):
             return True
         live.process.join(timeout)
         ended = not live.process.is_alive()
-        _end_process(live)
+        live.end()
         return self._reaped.wait(timeout + 2.0) and ended
 
     def _ask_to_stop(self) -> Channel | None:
@@ -149,7 +173,7 @@ class ProcessCell(Cell):
             if live.stopping:
                 return live
             live.stopping = True
-            live.enqueue("s", None, None, None)
+            live.enqueue(wire.STOP, None, None, None)
         live.flush()
         return live
 
@@ -162,32 +186,60 @@ class ProcessCell(Cell):
         for _, message, _, reply in pending:
             self.refuse(message, reply, "stopped")
         if live is not None:
-            _end_process(live)
+            live.end()
 
     # -- called by the I/O thread ---------------------------------------------------------
     def on_frame(self, channel: Channel, items: list[tuple[Any, ...]]) -> None:
         channel.last_heard = time.monotonic()
         for item in items:
             tag = item[0]
-            if tag == "r":
+            if tag == wire.REPLY:
                 with self._lock:
                     reply = channel.asks.pop(item[1], None)
                 if reply is not None:
-                    _settle(reply, item[2], load(item[3]))
-            elif tag == "d":
+                    self._settle(reply, item[2], item[3])
+            elif tag == wire.DONE:
                 with self._lock:
                     channel.acked(item[1])
-            elif tag == "f":
-                self._tell_failed(channel, item[1], load(item[2]))
-            elif tag in ("ready", "restarted"):
+            elif tag == wire.TELL_FAILED:
+                self._tell_failed(channel, item[1], self._load_error(item[2]))
+            elif tag in (wire.READY, wire.RESTARTED):
                 self.running()
-            elif tag == "start_failed":
+            elif tag == wire.START_FAILED:
                 channel.start_failed = True
-                self.failed(SpawnError(self.name, repr(load(item[1]))), start=True)
-            elif tag == "exit":
+                self.failed(SpawnError(self.name, repr(self._load_error(item[1]))), start=True)
+            elif tag == wire.EXITED:
                 channel.exited_normally = True
 
+    def _settle(self, reply: Future[Any], ok: bool, payload: bytes) -> None:
+        """Resolve one ask; a reply that does not load here fails that ask alone."""
+        try:
+            value = load(payload)
+        except Exception as exc:
+            ok, value = False, _not_loadable(self.name, "reply", exc)
+        if not ok:
+            logger.info("Exception returned from %s to caller:", self._label(), exc_info=value)
+        try:
+            if ok:
+                reply.set_result(value)
+            else:
+                reply.set_exception(value)
+        except InvalidStateError:
+            pass
+
+    def _label(self) -> str:
+        """How pykka names an actor in its logs: ``Class (name)``."""
+        return f"{getattr(self.spec.factory, '__name__', 'Actor')} ({self.name})"
+
+    def _load_error(self, payload: bytes) -> BaseException:
+        try:
+            error = load(payload)
+        except Exception as exc:
+            return _not_loadable(self.name, "error", exc)
+        return error if isinstance(error, BaseException) else RuntimeError(repr(error))
+
     def _tell_failed(self, channel: Channel, seq: int, error: BaseException) -> None:
+        logger.error("Unhandled exception in %s:", self._label(), exc_info=error)
         with self._lock:
             channel.acked(seq - 1)
             failed = channel.tells.popleft() if channel.tells and channel.tells[0][0] == seq else None
@@ -232,14 +284,11 @@ class ProcessCell(Cell):
             self.finish("stopped")
 
 
-def _settle(reply: Future[Any], ok: bool, value: Any) -> None:
-    try:
-        if ok:
-            reply.set_result(value)
-        else:
-            reply.set_exception(value)
-    except InvalidStateError:
-        pass
+def _not_loadable(name: str, what: str, exc: Exception) -> TypeError:
+    error = TypeError(f"the {what} of process actor {name!r} cannot be unpickled in the "
+                      f"parent: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _fail(reply: Future[Any], error: BaseException) -> None:
@@ -247,14 +296,3 @@ def _fail(reply: Future[Any], error: BaseException) -> None:
         reply.set_exception(error)
     except InvalidStateError:
         pass
-
-
-def _end_process(channel: Channel, grace: float = 1.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds, a process that is still running."""
-    process = channel.process
-    if process.is_alive():
-        process.terminate()
-        process.join(grace)
-    if process.is_alive():
-        process.kill()
-        process.join(grace)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import signal
 import threading
 import time
 from collections import deque
@@ -12,6 +14,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from actors.process import _wire as wire
 from actors.process._frames import FrameStalled, send_frame
 from actors.process._wire import PROTOCOL
 
@@ -61,7 +64,7 @@ class Channel:
         seq = self.seq
         if reply is not None:
             self.asks[seq] = reply
-        elif kind == "t":
+        elif kind == wire.TELL:
             self.tells.append((seq, message))
         self.out.append((kind, seq, payload))
 
@@ -99,6 +102,30 @@ class Channel:
         tells = self.tells
         while tells and tells[0][0] <= seq:
             tells.popleft()
+
+    def end(self, grace: float = 1.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds, the process if it still runs."""
+        process = self.process
+        if process.is_alive():
+            process.terminate()
+            process.join(grace)
+        if process.is_alive():
+            process.kill()
+            process.join(grace)
+
+    def kill_group(self) -> None:
+        """SIGKILL what is left of the process's group: whatever its handlers started.
+
+        The child made itself a group leader (pgid = its pid) before running user code.
+        Called once the process itself has ended, or is being ended for good.
+        """
+        pid = self.process.pid
+        if pid is None or not hasattr(os, "killpg"):
+            return
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing left in the group
 
     def in_flight(self) -> int:
         return len(self.asks) + len(self.tells)

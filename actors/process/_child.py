@@ -12,20 +12,22 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 
 from actors._actor import EXIT
-from actors.process._wire import PROTOCOL, dump_error, load
+from actors._pykka import PYKKA_MESSAGES, MailboxRef, handle_pykka_message
+from actors.process import _wire as wire
+from actors.process._wire import PROTOCOL, ExitCode, dump_error, load
 
 __all__ = ["child_main"]
 
 logger = logging.getLogger(__name__)
 
 _FLUSH_EVERY = 256
-_READER_FAILED = 75  # exit code of a process whose mail reader failed
 
 
 def _die_with_parent() -> None:
@@ -40,6 +42,10 @@ def _die_with_parent() -> None:
 def child_main(conn: Connection, name: str) -> None:
     """Entry point of a process actor's process."""
     _die_with_parent()
+    # Its own process group, so whatever its handlers start dies with it: the parent
+    # kills the group when this process ends (PR_SET_PDEATHSIG is not inherited).
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     factory, args, kwargs, stuck_after = cloudpickle.loads(conn.recv_bytes())
     _ChildHost(conn, name, factory, args, kwargs, stuck_after).serve()
@@ -51,26 +57,44 @@ def heartbeat_period(stuck_after: float) -> float:
 
 
 class _LocalInbox:
-    """What ``Actor.stop()`` and ``self.ref.tell`` reach inside the child."""
+    """What ``Actor.stop()`` reaches inside the child."""
 
     def __init__(self, items: queue.SimpleQueue[tuple[str, int, Any]]) -> None:
         self._items = items
 
     def put(self, envelope: tuple[Any, Any]) -> None:
         message, reply = envelope
-        self._items.put(("x", 0, None) if reply is EXIT else ("l", 0, message))
+        if reply is EXIT:
+            self._items.put((wire.LOCAL_EXIT, 0, None))
+        else:
+            self._items.put((wire.LOCAL_TELL, 0, message))
 
 
 class _LocalSelf:
-    """Stands in for the parent's cell inside the child (``actor.ref``, ``actor.stop()``)."""
+    """Stands in for the parent's cell inside the child (``self.ref``, ``self.actor_ref``)."""
 
     def __init__(self, name: str, items: queue.SimpleQueue[tuple[str, int, Any]]) -> None:
         self.name = name
         self.inbox = _LocalInbox(items)
         self.ref = self
+        self._items = items
 
     def tell(self, message: Any) -> None:
-        self.inbox.put((message, None))
+        self._items.put((wire.LOCAL_TELL, 0, message))
+
+    def ask(self, message: Any, timeout: float | None = None) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._items.put((wire.LOCAL_ASK, 0, (message, future)))
+        return future
+
+    def is_alive(self) -> bool:
+        return True
+
+    def begin_stop(self) -> None:
+        self._items.put((wire.LOCAL_EXIT, 0, None))
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.begin_stop()
 
 
 class _ChildHost:
@@ -92,9 +116,9 @@ class _ChildHost:
         try:
             self._incarnate()
         except BaseException as exc:
-            self._send([("start_failed", dump_error(exc))])
-            os._exit(3)
-        self._send([("ready", os.getpid())])
+            self._send([(wire.START_FAILED, dump_error(exc))])
+            os._exit(ExitCode.START_FAILED)
+        self._send([(wire.READY, os.getpid())])
         threading.Thread(target=self._read, name=f"{self.name}-reader", daemon=True).start()
         if self.stuck_after is not None:
             threading.Thread(target=self._watchdog, args=(self.stuck_after,),
@@ -109,14 +133,16 @@ class _ChildHost:
             since = self.busy_since
             if since and time.monotonic() - since > stuck_after:
                 logger.error("actor %s: handler stuck for over %ss; exiting", self.name, stuck_after)
-                os._exit(70)
-            self._send([("hb",)])
+                os._exit(ExitCode.STUCK)
+            self._send([(wire.HEARTBEAT,)])
 
     def _incarnate(self) -> None:
         from actors._thread_cell import build_actor
 
         actor = build_actor(self.factory, self.args, self.kwargs, self.name)
-        actor._actorbus_cell = _LocalSelf(self.name, self.items)
+        local = _LocalSelf(self.name, self.items)
+        actor._actorbus_cell = local
+        actor._actor_ref = MailboxRef(local, actor)
         actor.on_start()
         self.actor = actor
 
@@ -127,40 +153,51 @@ class _ChildHost:
                 for item in load(self.conn.recv_bytes()):
                     put(item)
         except (EOFError, OSError):
-            os._exit(0)  # the parent is gone: never outlive it
+            os._exit(ExitCode.NORMAL)  # the parent is gone: never outlive it
         except BaseException:
             # A process that no longer reads its mail would let the parent's sends pile
             # up unanswered while its heartbeats say it is fine: end it, loudly.
             logger.exception("actor %s: its mail reader failed; exiting", self.name)
-            os._exit(_READER_FAILED)
+            os._exit(ExitCode.READER_FAILED)
 
     def _loop(self) -> None:
         get, out = self.items.get, self.out
         while True:
             kind, seq, payload = get()
             self.busy_since = time.monotonic()
-            if kind == "t":
+            if kind == wire.TELL:
                 self._tell(seq, payload)
-            elif kind == "a":
+            elif kind == wire.ASK:
                 self._ask(seq, payload)
-            elif kind == "l":
+            elif kind == wire.LOCAL_TELL:
                 self._call(payload, seq)
-            elif kind == "s":
-                self._stop(("stopped",))
-            elif kind == "x":
-                self._stop(("exit",))
+            elif kind == wire.LOCAL_ASK:
+                self._local_ask(*payload)
+            elif kind == wire.STOP:
+                self._stop((wire.STOPPED,))
+            elif kind == wire.LOCAL_EXIT:
+                self._stop((wire.EXITED,))
             self.busy_since = 0.0
             if len(out) >= _FLUSH_EVERY or self.items.empty():
                 self._flush()
 
+    def _handle(self, message: Any) -> Any:
+        if message.__class__ in PYKKA_MESSAGES:
+            return handle_pykka_message(self.actor, message)
+        return self.actor.on_receive(message)
+
     def _call(self, message: Any, seq: int) -> None:
         try:
-            self.actor.on_receive(message)
-        except SystemExit as exc:
+            self._handle(message)
+        except BaseException as exc:
+            self._fail(seq, exc)
+
+    def _fail(self, seq: int, exc: BaseException) -> None:
+        """A handler failed the actor: ``SystemExit`` ends the process, the rest restart it."""
+        if isinstance(exc, SystemExit):
             self._flush()
             os._exit(exc.code if isinstance(exc.code, int) else 1)
-        except BaseException as exc:
-            self._restart(seq, exc)
+        self._restart(seq, exc)
 
     def _tell(self, seq: int, payload: bytes) -> None:
         try:
@@ -173,45 +210,55 @@ class _ChildHost:
 
     def _ask(self, seq: int, payload: bytes) -> None:
         try:
-            result = self.actor.on_receive(load(payload))
-        except SystemExit as exc:
-            self._flush()
-            os._exit(exc.code if isinstance(exc.code, int) else 1)
-        except BaseException as exc:
-            self.out.append(("r", seq, False, dump_error(exc)))
+            result = self._handle(load(payload))
+        except Exception as exc:
+            self.out.append((wire.REPLY, seq, False, dump_error(exc)))
+            return
+        except BaseException as exc:  # SystemExit & co: the caller learns, the actor fails
+            self.out.append((wire.REPLY, seq, False, dump_error(exc)))
+            self._fail(seq, exc)
             return
         try:
             data = pickle.dumps(result, protocol=PROTOCOL)
         except Exception as exc:
             data = dump_error(TypeError(f"reply of actor {self.name!r} cannot be pickled: {exc}"))
-            self.out.append(("r", seq, False, data))
+            self.out.append((wire.REPLY, seq, False, data))
             return
-        self.out.append(("r", seq, True, data))
+        self.out.append((wire.REPLY, seq, True, data))
+
+    def _local_ask(self, message: Any, future: Future[Any]) -> None:
+        try:
+            future.set_result(self._handle(message))
+        except Exception as exc:
+            future.set_exception(exc)
+        except BaseException as exc:
+            future.set_exception(exc)
+            self._fail(0, exc)
 
     def _restart(self, seq: int, exc: BaseException) -> None:
         """A tell failed: report it, then carry on with a fresh instance on the same queue."""
         with contextlib.suppress(Exception):
             self.actor.on_failure(type(exc), exc, exc.__traceback__)
-        self.out.append(("f", seq, dump_error(exc)))
+        self.out.append((wire.TELL_FAILED, seq, dump_error(exc)))
         self._flush()
         try:
             self._incarnate()
         except BaseException:
             logger.exception("actor %s could not restart in its process", self.name)
-            os._exit(4)
-        self.out.append(("restarted",))
+            os._exit(ExitCode.RESTART_FAILED)
+        self.out.append((wire.RESTARTED,))
 
     def _stop(self, last: tuple[Any, ...]) -> None:
         with contextlib.suppress(Exception):
             self.actor.on_stop()
         self.out.append(last)
         self._flush()
-        os._exit(0)
+        os._exit(ExitCode.NORMAL)
 
     def _flush(self) -> None:
         if self.last_tell != self.reported_tell:
             self.reported_tell = self.last_tell
-            self.out.append(("d", self.last_tell))
+            self.out.append((wire.DONE, self.last_tell))
         if self.out:
             items, self.out = self.out, []
             self._send(items)
@@ -221,5 +268,5 @@ class _ChildHost:
             try:
                 self.conn.send_bytes(pickle.dumps(items, protocol=PROTOCOL))
             except OSError:
-                os._exit(0)
+                os._exit(ExitCode.NORMAL)
 

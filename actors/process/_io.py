@@ -103,6 +103,7 @@ class IOLoop:
         self._forget(channel.sentinel)
         channel.reaped = True
         channel.process.join(1.0)
+        channel.kill_group()  # what its handlers started dies with it
         try:
             channel.conn.close()
         except OSError:

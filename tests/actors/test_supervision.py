@@ -2,54 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import pytest
+from support.supervision import EventLog, Worker
 
-from actors import Actor, ActorSystem, Backoff, ChildSpec, Event, SupervisorSpec
+from actors import Actor, ActorSystem, Backoff, ChildSpec, SupervisorSpec
 from actors.errors import RestartLimitError
-
-
-class Worker(Actor):
-    """Counts the instances built per id; ``"fail"`` raises, ``"exit"`` stops itself."""
-
-    def __init__(self, births: dict[str, int], ident: str) -> None:
-        super().__init__()
-        births[ident] = births.get(ident, 0) + 1
-        self.births = births
-
-    def on_receive(self, message: Any) -> Any:
-        if message == "fail":
-            raise RuntimeError("worker failure")
-        if message == "exit":
-            self.stop()
-            return None
-        return "ok"
-
-
-class EventLog:
-    """Collects events; waits until a predicate over them holds."""
-
-    def __init__(self, system: ActorSystem) -> None:
-        self.events: list[Event] = []
-        self._cond = threading.Condition()
-        system.events.subscribe(self._add)
-
-    def _add(self, event: Event) -> None:
-        with self._cond:
-            self.events.append(event)
-            self._cond.notify_all()
-
-    def wait_for(self, kind: str, name: str, count: int = 1, timeout: float = 5.0) -> list[Event]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.of(kind, name)) >= count, timeout), (
-                f"no {count} {kind} events for {name}: {self.events}")
-            return self.of(kind, name)
-
-    def of(self, kind: str, name: str | None = None) -> list[Event]:
-        return [e for e in self.events if e.kind == kind and (name is None or e.name == name)]
 
 
 def _tree(births: dict[str, int], strategy: str, **kwargs: Any) -> SupervisorSpec:
@@ -146,33 +106,32 @@ def test_stop_of_a_supervised_child_is_final(system: ActorSystem) -> None:
     assert system.lookup("a").ask("x").result(5) == "ok"
 
 
-def test_too_many_restarts_escalate_to_the_root(system: ActorSystem) -> None:
+def test_a_tree_past_its_limit_is_stopped_alone_by_the_root(system: ActorSystem) -> None:
     births: dict[str, int] = {}
     log = EventLog(system)
+    bystander = system.spawn(Worker, births, "bystander", name="bystander")
     tree = system.supervise(_tree(births, "one_for_one", max_restarts=3, within=5.0), name="tree")
     a = system.lookup("a")
 
     for count in range(1, 4):
         a.tell("fail")
         log.wait_for("restarted", "a", count)
-    a.tell("fail")  # the 4th crash within the window: "tree" gives up, the root restarts it
+    a.tell("fail")  # the 4th crash within the window: "tree" gives up, the root drops it
     gave_up = log.wait_for("failed", "tree")[0]
-    log.wait_for("restarted", "tree")
-    for count in range(2, 5):  # each further escalation costs the root one of its restarts
-        for _ in range(4):
-            a.tell("fail")
-        log.wait_for("failed", "tree", count)
-    escalated = log.wait_for("escalated", "sup")[0]
+    escalated = log.wait_for("escalated", "tree")[0]
+    log.wait_for("stopped", "tree")
 
     assert isinstance(gave_up.error, RestartLimitError)
-    assert "tree" in str(gave_up.error)
     assert isinstance(escalated.error, RestartLimitError)
-    assert escalated.error.args[0] == "sup"
+    assert escalated.error.args == ("tree", 3, 5.0)
+    assert log.of("restarted", "tree") == []  # not restarted by the root
+    assert births["a"] == 4
     assert not tree.is_alive() and not a.is_alive()
-    assert set(system.status()) == {"sup"}
+    assert bystander.ask("x").result(5) == "ok"
+    assert set(system.status()) == {"sup", "bystander"}
 
 
-def test_root_keeps_serving_after_it_gave_up(system: ActorSystem) -> None:
+def test_root_keeps_serving_after_a_child_went_past_its_budget(system: ActorSystem) -> None:
     log = EventLog(system)
 
     class AlwaysFails(Actor):
@@ -182,8 +141,10 @@ def test_root_keeps_serving_after_it_gave_up(system: ActorSystem) -> None:
     ref = system.spawn(AlwaysFails, name="doomed")
     for _ in range(4):
         ref.tell("x")
-    log.wait_for("escalated", "sup")
+    escalated = log.wait_for("escalated", "doomed")[0]
 
+    assert isinstance(escalated.error, RestartLimitError)
+    assert escalated.error.args == ("doomed", 3, 5.0)
     assert not ref.is_alive()
     assert system.spawn(Worker, {}, "later", name="later").ask("x").result(5) == "ok"
 

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from actors import Actor, ActorSystem, Event
+from actors.errors import WorkerCrashedError
+from actors.process import _wire as wire
 from actors.process._frames import FrameStalled, send_frame
+from actors.process._wire import ExitCode
 
 
 @pytest.mark.parametrize("size", [0, 10, 65535, 65536, 3 * 1024 * 1024])
@@ -83,20 +86,25 @@ def system(request: pytest.FixtureRequest) -> Any:
 
 def test_a_child_whose_mail_reader_fails_exits_and_is_replaced(system: ActorSystem) -> None:
     restarted = threading.Event()
+    failures: list[BaseException | None] = []
 
     def watch(event: Event) -> None:
+        if event.kind == "failed":
+            failures.append(event.error)
         if event.kind == "restarted":
             restarted.set()
 
     system.events.subscribe(watch)
     ref = system.spawn(Pid, name="reader", process=True)
     pid = ref.ask("pid").result(10)
-    channel = system._cells["reader"]._live  # the parent's end of its pipe
+    channel = system._kernel.cells["reader"]._live  # the parent's end of its pipe
 
     channel.conn.send_bytes(b"not a pickle")  # the child's reader cannot decode this
 
     assert restarted.wait(10)
     assert ref.ask("pid").result(10) not in (pid, os.getpid())
+    assert len(failures) == 1 and isinstance(failures[0], WorkerCrashedError)
+    assert failures[0].args[1] == ExitCode.READER_FAILED
 
 
 def _hold_without_reading(conn: Any, seconds: float) -> None:
@@ -115,7 +123,7 @@ def test_a_channel_whose_child_stops_reading_kills_it_instead_of_hanging() -> No
     process.start()
     child_conn.close()
     channel = Channel(process, parent_conn, threading.Lock(), stall_timeout=0.3)
-    channel.enqueue("t", None, b"x" * (16 * 1024 * 1024), None)
+    channel.enqueue(wire.TELL, None, b"x" * (16 * 1024 * 1024), None)
 
     began = time.monotonic()
     channel.flush()

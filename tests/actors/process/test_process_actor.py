@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from actors import Actor, ActorSystem, ChildSpec, Event, SupervisorSpec
-from actors.errors import AskTimeoutError, MessageNotSerializableError, WorkerCrashedError
+from actors.errors import MessageNotSerializableError, WorkerCrashedError
 
 
 class Echo(Actor):
@@ -71,60 +71,6 @@ def _wait_events(system: ActorSystem) -> tuple[list[Event], threading.Condition]
 
     system.events.subscribe(add)
     return events, cond
-
-
-def test_tell_and_ask_cross_the_process_boundary(system: ActorSystem) -> None:
-    ref = system.spawn(Echo, name="echo", process=True)
-
-    for i in range(1000):
-        ref.tell(i)
-    seen = ref.ask("seen").result(10)
-
-    assert seen == list(range(1000))
-    assert ref.ask("pid").result(5) != os.getpid()
-
-
-def test_process_ask_times_out(system: ActorSystem) -> None:
-    ref = system.spawn(Echo, process=True)
-    started = time.monotonic()
-
-    future = ref.ask(("sleep", 2.0), timeout=0.3)
-
-    with pytest.raises(AskTimeoutError):
-        future.result(5)
-    assert time.monotonic() - started < 0.8
-
-
-def test_failing_ask_in_a_process_returns_the_error(system: ActorSystem) -> None:
-    class Raises(Actor):
-        def on_receive(self, message: Any) -> Any:
-            raise KeyError(message)
-
-    ref = system.spawn(Raises, process=True)
-
-    error = ref.ask("k").exception(10)
-
-    assert isinstance(error, KeyError)
-    assert error.args == ("k",)
-
-
-def test_failed_tell_restarts_in_place_and_keeps_queued_mail(system: ActorSystem) -> None:
-    events, cond = _wait_events(system)
-    ref = system.spawn(Echo, name="p", process=True)
-    pid = ref.ask("pid").result(10)
-
-    ref.tell(("sleep", 0.2))
-    ref.tell("fail")
-    for i in range(3):
-        ref.tell(i)
-    seen = ref.ask("seen").result(10)
-
-    assert seen == [0, 1, 2]  # a fresh instance: the mail behind the failure survived
-    assert ref.ask("pid").result(5) == pid
-    with cond:
-        assert cond.wait_for(lambda: any(e.kind == "restarted" for e in events), 5)
-    assert [e.kind for e in events if e.name == "p"] == ["started", "failed", "restarted"]
-    assert [d.message for d in system.dead_letters if d.recipient == "p"] == ["fail"]
 
 
 def test_sigkill_is_detected_and_the_actor_restarted_within_a_second(system: ActorSystem) -> None:
@@ -192,7 +138,7 @@ def test_stop_ends_the_process_after_its_mail(system: ActorSystem) -> None:
 
     ref.stop(timeout=5)
 
-    assert future.result(5) == "slept"
+    assert future.result(5) == "slept"  # mail handling itself: test_actor_kinds.py
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
