@@ -154,7 +154,8 @@ class PublishPath:
         self.check_datas(datas)
         if self._settings.max_pending is None:
             envelopes = self.envelopes(datas, attributes, keys)
-            size = self._settings.balanced_capacity
+            # A chunk must fit both a group's queue and (for a blocking ring) the ring.
+            size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
             for start in range(0, len(envelopes), size):
                 self._send_counted(envelopes[start:start + size], admit=False)
             return [e[MESSAGE_ID] for e in envelopes]
@@ -183,12 +184,13 @@ class PublishPath:
         """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
         groups = self._groups()
         admitted = self._take_room(groups, len(envelopes), slotted, deadline)
-        for _ in range(_LAG_YIELDS):
+        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
             if not self._ring.would_lag(len(envelopes)):
                 break
             time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
         try:
             with self._ring.lock:
+                self._wait_ring(len(envelopes), slotted, deadline)
                 subscribers = self._ring.subscriber_count
                 if not groups and not subscribers:
                     self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
@@ -207,6 +209,18 @@ class PublishPath:
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
+
+    def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
+        """With a blocking ring, wait (ring lock held) for room; a refusal gives the
+        ``max_pending`` slots back (the caller gives the groups' room back)."""
+        if not self._ring.blocking:
+            return
+        try:
+            self._ring.wait_room_locked(count, deadline)
+        except BaseException:
+            if slotted:
+                self._ledger.release_slots(count)
+            raise
 
     def _take_room(
         self, groups: list[GroupHandle], count: int, slotted: bool, deadline: float | None,

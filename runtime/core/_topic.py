@@ -63,7 +63,9 @@ class Topic(Generic[T]):
             max_attempts=settings.max_delivery_attempts,
             dead_letters=self._dead_letters, clock=clock,
         )
-        self._ring = Ring(settings.broadcast_capacity, name)
+        self._ring = Ring(
+            settings.broadcast_capacity, name, blocking=settings.broadcast_on_lag == "block",
+        )
         self._tracker = tracker = system.spawn(TrackerActor, ledger, name=f"{self._prefix}/tracker")
         self._subscribers = Subscribers(
             topic=name, settings=settings, system=system, ledger=ledger, ring=self._ring,

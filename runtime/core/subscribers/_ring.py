@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from runtime.core._envelope import Envelope
-from runtime.errors import TopicClosedError
+from runtime.errors import TopicClosedError, WouldBlock
 
 __all__ = ["Ring"]
 
@@ -18,18 +18,22 @@ class Ring:
     """Exactly ``capacity`` entries; each broadcast subscriber reads from its own cursor.
 
     Positions count writes from 0; position ``p`` lives in slot ``p % capacity``. A
-    subscriber never lags more than a ring: a write that would overwrite an entry it has
-    not read first moves its cursor past it and reports the entry as lagged. Writing
-    never blocks on readers. Writers hold `lock` while they reserve and write, so the
-    subscribers counted for a message are exactly those that will read or lag it.
+    subscriber never lags more than a ring. With ``blocking`` (``broadcast_on_lag="block"``)
+    a writer first waits in `wait_room_locked` until every subscriber has read what the
+    write would overwrite; otherwise a write that would overwrite an entry a subscriber
+    has not read moves its cursor past it and reports the entry as lagged. Writers hold
+    `lock` while they wait, reserve and write (waiting releases it), so the subscribers
+    counted for a message are exactly those that will read or lag it.
 
     Args:
         capacity: the topic's ``broadcast_capacity``.
         topic: the topic's name (for errors).
+        blocking: whether writers wait for the slowest subscriber instead of lagging it.
     """
 
-    def __init__(self, capacity: int, topic: str) -> None:
+    def __init__(self, capacity: int, topic: str, *, blocking: bool = False) -> None:
         self.capacity = capacity
+        self.blocking = blocking
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)
         self.topic = topic
@@ -39,6 +43,7 @@ class Ring:
         self._wakes: dict[int, Wake | None] = {}
         self._idle: dict[int, Wake] = {}
         self._pulling = 0
+        self._writers = 0  # writers waiting for room: readers wake them as they advance
         self._closed = False
 
     @property
@@ -51,6 +56,39 @@ class Ring:
         floor = self._head + count - self.capacity
         cursors = self._cursors
         return floor > 0 and bool(cursors) and min(cursors.values()) < floor
+
+    def wait_room_locked(self, count: int, deadline: float | None) -> None:
+        """Wait (`lock` held) until ``count`` entries fit without overwriting unread ones.
+
+        ``count`` is capped at the capacity. Blocks until ``deadline``
+        (``time.monotonic()`` based; None: unbounded).
+
+        Raises:
+            WouldBlock: the deadline passed first; the text names the slowest subscriber.
+            TopicClosedError: the topic closed (also while waiting).
+        """
+        count = min(count, self.capacity)
+        while True:
+            if self._closed:
+                raise TopicClosedError(self.topic)
+            floor = self._head + count - self.capacity
+            cursors = self._cursors
+            if floor <= 0 or not cursors:
+                return
+            slowest = min(cursors, key=cursors.__getitem__)
+            if cursors[slowest] >= floor:
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise WouldBlock(
+                    f"broadcast subscriber {slowest} of topic {self.topic!r} is a whole ring "
+                    f"({self.capacity} entries, broadcast_capacity) behind"
+                )
+            self._writers += 1
+            try:
+                self._changed.wait(remaining)
+            finally:
+                self._writers -= 1
 
     def add(self, subscriber_id: int, wake: Wake | None) -> None:
         """Start a subscriber at the head; ``wake()`` is called when it has mail (None: pull)."""
@@ -91,7 +129,7 @@ class Ring:
 
     def read(self, subscriber_id: int, limit: int) -> list[Envelope] | None:
         """Take up to ``limit`` unread entries; [] marks the subscriber idle; None: removed."""
-        with self.lock:
+        with self._changed:
             cursor = self._cursors.get(subscriber_id)
             if cursor is None:
                 return None
@@ -102,6 +140,8 @@ class Ring:
                     self._idle[subscriber_id] = wake
                 return []
             self._cursors[subscriber_id] = end
+            if self._writers:
+                self._changed.notify_all()
             return self._entries(cursor, end)
 
     def read_one(self, subscriber_id: int, timeout: float | None) -> Envelope:
@@ -119,6 +159,8 @@ class Ring:
                     raise TopicClosedError(self.topic)
                 if cursor < self._head:
                     self._cursors[subscriber_id] = cursor + 1
+                    if self._writers:
+                        self._changed.notify_all()
                     return self._entries(cursor, cursor + 1)[0]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
