@@ -33,12 +33,15 @@ def add_remote_commands(commands: Any) -> None:
     dlq = commands.add_parser(
         "dlq", help="list, drain or replay a topic's dead letters on a served broker",
         description="Show TOPIC's dead letters (oldest first). --drain removes them; "
-        "--replay republishes them to TOPIC.")
+        "--replay sends each back to the destination that failed it (its group or broadcast "
+        "subscriber), as a new attempt of the same message id.")
     dlq.add_argument("topic", metavar="TOPIC", help="the topic whose dead letters to inspect")
     add_endpoint_arguments(dlq, serving=False)
     action = dlq.add_mutually_exclusive_group()
     action.add_argument("--drain", action="store_true", help="remove them and print what was removed")
-    action.add_argument("--replay", action="store_true", help="republish them (oldest first) and remove them")
+    action.add_argument(
+        "--replay", action="store_true",
+        help="replay them (oldest first) to the destinations that failed them, and remove them")
     dlq.set_defaults(run=run_dlq)
 
 
@@ -80,7 +83,8 @@ def run_dlq(args: argparse.Namespace) -> int:
         remote.topic(args.topic)  # TopicNotFoundError before anything else
         queue = _dead_letters(remote, args.topic)
         if args.replay:
-            print(f"replayed {queue.replay()} dead letter(s) to {args.topic}")
+            print(f"replayed {queue.replay()} dead letter(s) of {args.topic} to the destinations "
+                  "that failed them")
             return 0
         letters = queue.drain() if args.drain else list(queue)
     Console().print(_letters_table(args.topic, letters))

@@ -13,6 +13,7 @@ from actors.errors import ActorError
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
+from runtime.core._replay import Replay
 from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core._timer import Timer
@@ -78,6 +79,10 @@ class Topic(Generic[T]):
         self._path = PublishPath(
             topic=name, settings=settings, ledger=ledger, ring=self._ring,
             groups=self._subscribers.handles, sleep=sleep,
+        )
+        self._replay = Replay(
+            topic=name, ledger=ledger, ring=self._ring, subscribers=self._subscribers,
+            publish_anew=self._republish,
         )
         self._actor: Ref = system.spawn(TopicActor, self._path, name=f"{self._prefix}/topic")
         self._state_lock = threading.Lock()
@@ -287,9 +292,11 @@ class Topic(Generic[T]):
             raise TopicClosedError(self._name)
 
     def _replayer(self, topic: Any) -> Callable[[DeadLetter], None]:
+        """Where ``replay(topic=...)`` sends letters: back to the destination that failed
+        each (this topic), or to every destination of another topic."""
         target = self if topic is None else self._resolve(topic)
         target._check_open()
-        return target._republish
+        return self._replay if target is self else target._republish
 
     def _republish(self, dead_letter: DeadLetter) -> None:
         message = dead_letter.message

@@ -128,9 +128,15 @@ class DeadLetterQueue:
         self._callback = callback
 
     def replay(self, *, topic: Any = None) -> int:
-        """Drain and republish every dead letter, oldest first; return the count.
+        """Drain and replay every dead letter, oldest first; return the count.
 
-        Blocks while the target topic applies its backpressure.
+        On the topic they came from, each letter goes back only to the destination that
+        failed it (its group or broadcast subscriber), as a new attempt of the same
+        message id: destinations that acked never see it twice. A letter whose
+        destination is gone is dead-lettered again as ``unsubscribed``; one that no
+        destination took (``no_subscribers``) is published anew. With another
+        ``topic``, every letter is published there anew (to all its destinations),
+        blocking while that topic applies its backpressure.
 
         Args:
             topic: a `Topic` or a topic name (default: the topic these came from).
