@@ -158,6 +158,7 @@ class Topic(Generic[T]):
 
         Raises:
             TopicClosedError: the topic is closed.
+            InvalidSettingsError: the topic's ``message_type`` accepts no `Message`.
         """
         from runtime.publisher._publisher import Publisher
 

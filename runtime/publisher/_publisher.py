@@ -31,6 +31,7 @@ from runtime.publisher._validation import (
     check_ordering,
     checked_attributes,
     checked_key,
+    checked_topic,
     closed_error,
     merge,
 )
@@ -60,6 +61,7 @@ class Publisher:
 
     Raises:
         PublishError: code 3 when a setting is invalid.
+        InvalidSettingsError: the topic's ``message_type`` accepts no `Message`.
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class Publisher:
         clock: Callable[[], float] = time.monotonic,
         name: str | None = None,
     ) -> None:
+        checked_topic(topic)
         self._batching = merge(BatchSettings, BatchSettings(), batching, "batching")
         self._flow_control = merge(FlowControl, FlowControl(), flow_control, "flow_control")
         self._message_ordering = check_ordering(message_ordering)
