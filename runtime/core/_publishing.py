@@ -19,10 +19,24 @@ from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
-__all__ = ["GroupHandle", "PublishPath"]
+__all__ = ["GroupHandle", "PartlyPublished", "PublishPath"]
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
+
+
+class PartlyPublished(Exception):  # not an error of its own: a partial result
+    """A Publisher batch the topic accepted only in part (it closed, or a wait timed out).
+
+    Args:
+        ids: the ids of the messages accepted, a prefix of the batch in order.
+        error: why the rest was refused; none of the rest entered the topic.
+    """
+
+    def __init__(self, ids: list[str], error: BaseException) -> None:
+        super().__init__(ids, error)
+        self.ids = ids
+        self.error = error
 
 
 class GroupHandle:
@@ -150,21 +164,33 @@ class PublishPath:
 
         Returns the ids in order. Blocks on backpressure (no bound; closing the topic
         wakes it).
+
+        Raises:
+            PartlyPublished: the topic closed after accepting part of the batch (the
+                accepted prefix's ids and the refusal; the rest never entered it).
+            TopicClosedError, MessageTypeError: nothing of the batch was accepted.
         """
         self.check_datas(datas)
-        if self._settings.max_pending is None:
-            envelopes = self.envelopes(datas, attributes, keys)
-            # A chunk must fit both a group's queue and (for a blocking ring) the ring.
-            size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
-            for start in range(0, len(envelopes), size):
-                self._send_counted(envelopes[start:start + size], admit=False)
-            return [e[MESSAGE_ID] for e in envelopes]
-        ids = []
-        for index in range(len(datas)):
-            envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
-                                       keys[index:index + 1])
-            self._send_counted(envelopes, admit=True)
-            ids.append(envelopes[0][MESSAGE_ID])
+        ids: list[str] = []
+        try:
+            if self._settings.max_pending is None:
+                envelopes = self.envelopes(datas, attributes, keys)
+                # A chunk must fit both a group's queue and (for a blocking ring) the ring.
+                size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
+                for start in range(0, len(envelopes), size):
+                    chunk = envelopes[start:start + size]
+                    self._send_counted(chunk, admit=False)
+                    ids.extend(e[MESSAGE_ID] for e in chunk)
+                return ids
+            for index in range(len(datas)):
+                envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
+                                           keys[index:index + 1])
+                self._send_counted(envelopes, admit=True)
+                ids.append(envelopes[0][MESSAGE_ID])
+        except (WouldBlock, TopicClosedError) as exc:
+            if ids:
+                raise PartlyPublished(ids, exc) from exc
+            raise
         return ids
 
     def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
