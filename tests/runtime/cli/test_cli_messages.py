@@ -1,0 +1,109 @@
+"""What the CLI says when the user gets something wrong (issue 15 items 6 and 8)."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.cli._main import main
+from runtime.cli._topics_file import TopicsFileError, load_topics
+
+KEY_ENV = "ACTORBUS_CLI_MESSAGES_KEY"
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, "secret")
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def topics_file(tmp_path: Path) -> Path:
+    path = tmp_path / "topics.toml"
+    path.write_text("[topics.orders]\n")
+    return path
+
+
+def _error_line(capsys: Any) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_version_prints_the_installed_version(capsys: Any) -> None:
+    assert main(["--version"]) == 0
+
+    assert capsys.readouterr().out.strip() == f"actorbus {metadata.version('actorbus')}"
+
+
+def test_bench_help_names_actorbus_bench(capsys: Any) -> None:
+    assert main(["bench", "--help"]) == 0
+
+    assert "usage: actorbus bench" in capsys.readouterr().out
+
+
+def test_a_taken_broker_port_is_named(taken_port: int, topics_file: Path, capsys: Any) -> None:
+    code = main(["serve", str(topics_file), "--address", f"127.0.0.1:{taken_port}",
+                 "--authkey-env", KEY_ENV])
+
+    assert code != 0
+    line = _error_line(capsys)
+    assert f"127.0.0.1:{taken_port}" in line and "broker" in line and "in use" in line
+
+
+def test_a_taken_metrics_port_is_named(taken_port: int, topics_file: Path, capsys: Any) -> None:
+    code = main(["serve", str(topics_file), "--address", "127.0.0.1:0",
+                 "--metrics-port", str(taken_port), "--authkey-env", KEY_ENV])
+
+    assert code != 0
+    line = _error_line(capsys)
+    assert f"127.0.0.1:{taken_port}" in line and "metrics" in line and "in use" in line
+
+
+def test_a_bad_value_in_a_topics_file_names_the_file_the_topic_and_the_setting(
+    tmp_path: Path, capsys: Any,
+) -> None:
+    path = tmp_path / "topics.toml"
+    path.write_text("[topics.orders]\n[topics.billing]\nmax_pending = -5\n")
+
+    with pytest.raises(TopicsFileError) as info:
+        load_topics(path)
+    code = main(["serve", str(path), "--address", "127.0.0.1:0", "--authkey-env", KEY_ENV])
+
+    text = str(info.value)
+    assert str(path) in text and "[topics.billing]" in text and "max_pending" in text
+    assert "-5" in text
+    assert code != 0 and _error_line(capsys) == f"actorbus: error: {text}"
+
+
+def test_readme_topics_file_takes_a_remote_publishers_burst_before_consumers_attach() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    toml = readme.split("`topics.toml` names the topics")[1].split("```toml\n")[1].split("```")[0]
+    spec = load_topics_text(toml)
+
+    with spec.build() as bus:
+        orders = bus.topic("orders")
+        for n in range(5_000):
+            orders.publish(b"%d" % n, timeout=5)  # nobody consumes yet: no WouldBlock
+        stats = orders.stats()
+    assert (stats.published, stats.pending) == (5_000, 5_000)
+
+
+def load_topics_text(text: str) -> Any:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "topics.toml"
+        path.write_text(text)
+        return load_topics(path)
