@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
+from runtime.core._closing import close_publishers
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
@@ -270,12 +271,7 @@ class Topic(Generic[T]):
         """Close, then stop every actor of the topic (subscribers first, tracker last)."""
         with self._state_lock:
             publishers, self._publishers = self._publishers, []
-        deadline = time.monotonic() + timeout  # one budget for all publishers' flushes
-        for publisher in publishers:
-            try:
-                publisher.close(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:
-                continue
+        close_publishers(publishers, held=self._held, release=self.close, timeout=timeout)
         self.close()
         with self._state_lock:
             if self._torn_down:
@@ -287,6 +283,16 @@ class Topic(Generic[T]):
                 ref.stop(timeout=timeout)
             except Exception:
                 continue
+
+    def _held(self) -> bool:
+        """Whether a publish would wait now (a hint): ``max_pending`` reached, a full
+        group, or a writer waiting on the broadcast ring."""
+        max_pending = self._settings.max_pending
+        if max_pending is not None and self._ledger.pending >= max_pending:
+            return True
+        if any(h.gate.used >= h.gate.capacity for h in self._subscribers.handles()):
+            return True
+        return self._ring.writers_waiting > 0
 
     def _check_open(self) -> None:
         if self._ledger.closed:

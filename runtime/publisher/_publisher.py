@@ -196,15 +196,24 @@ class Publisher:
         Raises:
             TimeoutError: the flush did not finish within ``timeout`` seconds.
         """
-        with self._options_lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._gate.close(closed_error)
+        if not self._refuse():
+            return
         try:
             self.flush(timeout)
         finally:
             self._ref.stop(timeout=_ASK_TIMEOUT)
+
+    def _refuse(self) -> bool:
+        """Close's first step: refuse new publishes and wake blocked ones (code 9).
+
+        Returns False when the Publisher was closed already.
+        """
+        with self._options_lock:
+            if self._closed:
+                return False
+            self._closed = True
+        self._gate.close(closed_error)
+        return True
 
     def set_options(
         self,

@@ -56,6 +56,11 @@ class Ring:
         """How many subscribers read the ring (call with `lock` held for a stable answer)."""
         return len(self._cursors)
 
+    @property
+    def writers_waiting(self) -> int:
+        """How many writers wait for a subscriber to read (a hint, read without the lock)."""
+        return self._writers
+
     def would_lag(self, count: int) -> bool:
         """Whether writing ``count`` entries now would overwrite unread ones (a hint)."""
         floor = self._head + count - self.capacity
