@@ -26,7 +26,9 @@ def add_remote_commands(commands: Any) -> None:
     """Register ``stats`` and ``dlq`` on the ``commands`` subparsers."""
     stats = commands.add_parser(
         "stats", help="show the topic stats of a served broker",
-        description="Print every topic's counters from a broker started with 'actorbus serve'.")
+        description="Print every topic's counters from a broker started with 'actorbus serve', "
+        "and, for a topic whose publishers would wait, what holds them (max_pending, a full "
+        "group, a broadcast subscriber a ring behind).")
     add_endpoint_arguments(stats, serving=False)
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.set_defaults(run=run_stats)
@@ -64,8 +66,10 @@ def run_stats(args: argparse.Namespace) -> int:
     """Print the stats of every served topic."""
     with connect(args) as remote:
         stats = remote.stats()
+        held = remote.held_by() if hasattr(remote, "held_by") else {}
     if args.json:
-        print(json.dumps({name: dataclasses.asdict(s) for name, s in stats.items()}, indent=2))
+        print(json.dumps({name: {**dataclasses.asdict(s), "held_by": held.get(name)}
+                          for name, s in stats.items()}, indent=2))
         return 0
     table = Table(title=f"topics on {args.address}", title_justify="left")
     table.add_column("topic", no_wrap=True)
@@ -74,6 +78,8 @@ def run_stats(args: argparse.Namespace) -> int:
     for name, snapshot in stats.items():
         table.add_row(name, *(f"{getattr(snapshot, field):,}" for field in _STATS_COLUMNS))
     Console().print(table)
+    for text in held.values():  # why messages pend: publishers wait on this
+        print(f"held: {text}")
     return 0
 
 

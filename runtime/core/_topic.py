@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
 from runtime.core._closing import close_publishers
+from runtime.core._held import holder
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
@@ -271,7 +272,10 @@ class Topic(Generic[T]):
         """Close, then stop every actor of the topic (subscribers first, tracker last)."""
         with self._state_lock:
             publishers, self._publishers = self._publishers, []
-        close_publishers(publishers, held=self._held, release=self.close, timeout=timeout)
+        close_publishers(
+            publishers, held=lambda: self.held_by() is not None, release=self.close,
+            timeout=timeout,
+        )
         self.close()
         with self._state_lock:
             if self._torn_down:
@@ -284,15 +288,15 @@ class Topic(Generic[T]):
             except Exception:
                 continue
 
-    def _held(self) -> bool:
-        """Whether a publish would wait now (a hint): ``max_pending`` reached, a full
-        group, or a writer waiting on the broadcast ring."""
-        max_pending = self._settings.max_pending
-        if max_pending is not None and self._ledger.pending >= max_pending:
-            return True
-        if any(h.gate.used >= h.gate.capacity for h in self._subscribers.handles()):
-            return True
-        return self._ring.writers_waiting > 0
+    def held_by(self) -> str | None:
+        """What a publish would wait for right now, named; None when nothing holds it.
+
+        A snapshot: ``max_pending`` reached, a full balanced group (named), or a
+        broadcast subscriber a whole ring behind (named). `Bus.held_by` and
+        ``actorbus stats`` show it. Never blocks.
+        """
+        return holder(self._name, self._settings, self._ledger, self._subscribers.handles(),
+                      self._ring)
 
     def _check_open(self) -> None:
         if self._ledger.closed:

@@ -56,10 +56,14 @@ class Ring:
         """How many subscribers read the ring (call with `lock` held for a stable answer)."""
         return len(self._cursors)
 
-    @property
-    def writers_waiting(self) -> int:
-        """How many writers wait for a subscriber to read (a hint, read without the lock)."""
-        return self._writers
+    def slowest(self) -> tuple[int, int] | None:
+        """The subscriber furthest behind and how many entries it has not read; None: none."""
+        with self.lock:
+            cursors = self._cursors
+            if not cursors:
+                return None
+            subscriber_id = min(cursors, key=cursors.__getitem__)
+            return subscriber_id, self._head - cursors[subscriber_id]
 
     def would_lag(self, count: int) -> bool:
         """Whether writing ``count`` entries now would overwrite unread ones (a hint)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from runtime import Bus
 from runtime.cli._main import main
 from runtime.cli._topics_file import TopicsFileError, load_topics
 
@@ -107,3 +109,23 @@ def load_topics_text(text: str) -> Any:
         path = Path(folder) / "topics.toml"
         path.write_text(text)
         return load_topics(path)
+
+
+def test_stats_names_the_full_group_that_holds_publishers(capsys: Any) -> None:
+    with Bus() as bus:
+        orders = bus.create_topic("orders", balanced_capacity=3)
+        orders.create_group("billing")
+        for n in range(3):
+            orders.publish(n)
+        server = bus.serve(("127.0.0.1", 0), authkey=b"secret")
+        endpoint = ["--address", f"127.0.0.1:{server.address[1]}", "--authkey-env", KEY_ENV]
+
+        assert main(["stats", *endpoint]) == 0
+        table = capsys.readouterr().out
+        assert main(["stats", "--json", *endpoint]) == 0
+        document = json.loads(capsys.readouterr().out)
+
+    expected = "group 'billing' of topic 'orders' is full (3 messages waiting, balanced_capacity 3)"
+    assert f"held: {expected}" in table
+    assert document["orders"]["held_by"] == expected
+    assert document["orders"]["pending"] == 3
