@@ -110,7 +110,10 @@ def _letters_table(topic: str, letters: list[Any]) -> Table:
         table.add_column(column)
     for letter in letters:
         at = time.strftime("%H:%M:%S", time.localtime(letter.at))
-        table.add_row(letter.message_id, letter.reason, letter.error or "", letter.group or "",
+        error = letter.error or ""
+        if getattr(letter, "exception", None):  # a handler raised: name the type too
+            error = f"{letter.exception}: {error}"
+        table.add_row(letter.message_id, letter.reason, error, letter.group or "",
                       str(letter.attempts), at, _preview(letter.message))
     return table
 

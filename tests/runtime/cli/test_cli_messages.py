@@ -129,3 +129,19 @@ def test_stats_names_the_full_group_that_holds_publishers(capsys: Any) -> None:
     assert f"held: {expected}" in table
     assert document["orders"]["held_by"] == expected
     assert document["orders"]["pending"] == 3
+
+
+def test_dlq_names_the_exception_a_handler_raised(capsys: Any) -> None:
+    def handler(delivery: Any) -> None:
+        raise KeyError("sku")
+
+    with Bus() as bus:
+        orders = bus.create_topic("orders")
+        orders.subscribe(handler, group="billing")
+        orders.publish("o-1").outcome.result(timeout=5)
+        server = bus.serve(("127.0.0.1", 0), authkey=b"secret")
+        endpoint = ["--address", f"127.0.0.1:{server.address[1]}", "--authkey-env", KEY_ENV]
+
+        assert main(["dlq", "orders", *endpoint]) == 0
+
+    assert "KeyError:" in capsys.readouterr().out  # the table may wrap the text after it
