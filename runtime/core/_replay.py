@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.core._envelope import Envelope
 from runtime.core._message import Message
+from runtime.core._publishing import PublishPath
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -32,18 +33,18 @@ class Replay:
         ledger: the topic's books (a replayed letter is pending again until settled).
         ring: the broadcast ring (a broadcast subscriber's letter is queued for it alone).
         subscribers: the groups (a group's letter is requeued like a redelivery).
-        publish_anew: publishes a letter no destination took to the whole topic.
+        path: the topic's publish path (a letter no destination took is published anew).
     """
 
     def __init__(
         self, *, topic: str, ledger: Ledger, ring: Ring, subscribers: Subscribers,
-        publish_anew: Callable[[DeadLetter], None],
+        path: PublishPath,
     ) -> None:
         self._topic = topic
         self._ledger = ledger
         self._ring = ring
         self._subscribers = subscribers
-        self._publish_anew = publish_anew
+        self._path = path
         # Replayed entries carry negative sequence numbers: published ones count up from
         # 1, so the books can never confuse a replay with a message still tracked.
         self._seqs = itertools.count(-1, -1)
@@ -55,7 +56,7 @@ class Replay:
             TopicClosedError: the topic is closed (nothing of the letter was sent).
         """
         if letter.group is None and letter.subscriber_id < 0:
-            self._publish_anew(letter)
+            self.publish_anew(letter)
             return
         envelope = self._envelope(letter)
         if letter.group is not None:
@@ -73,6 +74,20 @@ class Replay:
             self._ledger.settle([Delivery.settled(
                 envelope, letter.subscriber_id, None, letter.attempts, "unsubscribed",
             )])
+
+    def publish_anew(self, letter: DeadLetter) -> None:
+        """Publish ``letter``'s message to every destination of this topic, under a new id.
+
+        Blocks while the topic applies its backpressure.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+        """
+        message = letter.message
+        if isinstance(message, Message):
+            self._path.publish_messages([message])
+        else:
+            self._path.publish_one(message, letter.key, letter.attributes, None)
 
     def _reserver(self, envelope: Envelope) -> Callable[[], None]:
         return lambda: self._ledger.reserve([envelope], 1, None, False)

@@ -84,7 +84,7 @@ class Topic(Generic[T]):
         )
         self._replay = Replay(
             topic=name, ledger=ledger, ring=self._ring, subscribers=self._subscribers,
-            publish_anew=self._republish,
+            path=self._path,
         )
         self._actor: Ref = system.spawn(TopicActor, self._path, name=f"{self._prefix}/topic")
         self._state_lock = threading.Lock()
@@ -289,12 +289,8 @@ class Topic(Generic[T]):
                 continue
 
     def held_by(self) -> str | None:
-        """What a publish would wait for right now, named; None when nothing holds it.
-
-        A snapshot: ``max_pending`` reached, a full balanced group (named), or a
-        broadcast subscriber a whole ring behind (named). `Bus.held_by` and
-        ``actorbus stats`` show it. Never blocks.
-        """
+        """What a publish would wait for now (``max_pending``, a full group, a broadcast
+        subscriber a ring behind), named; None when nothing holds it. Never blocks."""
         return holder(self._name, self._settings, self._ledger, self._subscribers.handles(),
                       self._ring)
 
@@ -307,11 +303,4 @@ class Topic(Generic[T]):
         each (this topic), or to every destination of another topic."""
         target = self if topic is None else self._resolve(topic)
         target._check_open()
-        return self._replay if target is self else target._republish
-
-    def _republish(self, dead_letter: DeadLetter) -> None:
-        message = dead_letter.message
-        if isinstance(message, Message):
-            self._path.publish_messages([message])
-        else:
-            self.publish(message, key=dead_letter.key, attributes=dead_letter.attributes)
+        return self._replay if target is self else target._replay.publish_anew
