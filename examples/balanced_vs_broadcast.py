@@ -1,7 +1,10 @@
 """Balanced groups share the work; broadcast subscribers each see every message.
 
 Two members of group "workers" split 20 messages between them; two broadcast
-subscribers ("audit", "metrics") each receive all 20.
+subscribers ("audit", "metrics") each receive all 20. A broadcast subscriber loses
+nothing by default: one a whole ring (``broadcast_capacity``) behind holds publishers
+until it reads (``broadcast_on_lag="block"``). A telemetry-like topic can choose
+``"drop_oldest"``: a slow subscriber then skips entries, each dead-lettered ``lagged``.
 """
 
 from __future__ import annotations
@@ -39,3 +42,14 @@ if __name__ == "__main__":
         print("delivered :", topic.stats().delivered)
         assert shared == 20
         assert seen["audit"] == seen["metrics"] == 20
+
+        gauges = bus.create_topic("gauges", broadcast_capacity=4, broadcast_on_lag="drop_oldest")
+        dashboard = gauges.subscription()  # reads only after the burst
+        for n in range(10):
+            gauges.publish(n)  # never waits: the oldest unread readings are skipped
+        latest = [dashboard.receive(timeout=5) for _ in range(4)]
+        for delivery in latest:
+            delivery.ack()
+        print("drop_oldest: dashboard read", [d.message for d in latest],
+              "| lagged", gauges.stats().lagged)
+        assert [d.message for d in latest] == [6, 7, 8, 9]

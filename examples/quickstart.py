@@ -6,16 +6,22 @@ each broadcast subscriber. A message's outcome resolves when every destination a
 
 from __future__ import annotations
 
+import threading
+
 from runtime import Bus
+
+print_lock = threading.Lock()  # handlers run on their own threads: one line at a time
 
 
 def bill(delivery):
-    print(f"billing {delivery.message} for {delivery.key}")
+    with print_lock:
+        print(f"billing {delivery.message} for {delivery.key}")
     delivery.ack()
 
 
 def audit(delivery):
-    print(f"audit saw {delivery.message}")
+    with print_lock:
+        print(f"audit saw {delivery.message}")
     delivery.ack()
 
 

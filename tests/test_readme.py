@@ -31,6 +31,11 @@ def test_readme_quickstart_runs_as_printed(tmp_path: Path) -> None:
     assert "audit saw {'order': 1, 'amount': 42}" in result.stdout
     assert "Outcome(acked=True, nacks=())" in result.stdout
     assert "delivered=1" in result.stdout
+    # Two handlers print from two threads: each line must stay whole (issue 15 item 8).
+    handler_lines = [line for line in result.stdout.splitlines() if "saw" in line or "billing" in line]
+    assert sorted(handler_lines) == [
+        "audit saw {'order': 1, 'amount': 42}", "billing {'order': 1, 'amount': 42} for customer-7",
+    ]
 
 
 def test_readme_starts_with_the_two_commands() -> None:

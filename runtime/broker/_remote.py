@@ -56,6 +56,10 @@ class RemoteBus:
         """``TopicStats`` of every served topic, by name."""
         return dict(self._channel.call("stats", None))
 
+    def held_by(self) -> dict[str, str]:
+        """``Bus.held_by()`` on the server: what holds each held topic, named."""
+        return dict(self._channel.call("held_by"))
+
     def publish(self, name: str, message: object, **kwargs: Any) -> str:
         """``topic(name).publish(message, ...)``; returns the message id."""
         return RemoteTopic(self, name).publish(message, **kwargs)

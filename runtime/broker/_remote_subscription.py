@@ -103,7 +103,10 @@ class RemotePullSubscription:
                 frame = self._channel.call("receive", self.id, wait, timeout=wait + _REPLY_MARGIN)
             except TimeoutError:
                 if remaining is not None and remaining <= RECEIVE_SLICE:
-                    raise
+                    # The server timed out its last slice only: say what the caller waited.
+                    raise TimeoutError(
+                        f"no message on topic {self.topic!r} within {timeout}s"
+                    ) from None
                 continue
             return RemoteDelivery(frame, self._channel)
 

@@ -87,6 +87,10 @@ class BrokerService:
         """``bus.stats()``, or one topic's stats."""
         return self._bus.stats() if name is None else self._bus.topic(name).stats()
 
+    def held_by(self) -> dict[str, str]:
+        """``bus.held_by()``: what holds each held topic's publishers, named."""
+        return dict(self._bus.held_by())
+
     def publish(
         self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
         timeout: float | None,

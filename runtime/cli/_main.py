@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from multiprocessing import AuthenticationError
 from pathlib import Path
 from typing import NoReturn
@@ -48,6 +49,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="actorbus", description="Actors on multiprocessing, and a pub/sub topic runtime.",
         epilog="Run 'actorbus COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
     demo = commands.add_parser(
@@ -69,6 +71,13 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for python -m benchmarks")
     bench.set_defaults(run=_run_bench)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("actorbus")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def _run_demo(args: argparse.Namespace) -> int:

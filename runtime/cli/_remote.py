@@ -26,19 +26,24 @@ def add_remote_commands(commands: Any) -> None:
     """Register ``stats`` and ``dlq`` on the ``commands`` subparsers."""
     stats = commands.add_parser(
         "stats", help="show the topic stats of a served broker",
-        description="Print every topic's counters from a broker started with 'actorbus serve'.")
+        description="Print every topic's counters from a broker started with 'actorbus serve', "
+        "and, for a topic whose publishers would wait, what holds them (max_pending, a full "
+        "group, a broadcast subscriber a ring behind).")
     add_endpoint_arguments(stats, serving=False)
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.set_defaults(run=run_stats)
     dlq = commands.add_parser(
         "dlq", help="list, drain or replay a topic's dead letters on a served broker",
         description="Show TOPIC's dead letters (oldest first). --drain removes them; "
-        "--replay republishes them to TOPIC.")
+        "--replay sends each back to the destination that failed it (its group or broadcast "
+        "subscriber), as a new attempt of the same message id.")
     dlq.add_argument("topic", metavar="TOPIC", help="the topic whose dead letters to inspect")
     add_endpoint_arguments(dlq, serving=False)
     action = dlq.add_mutually_exclusive_group()
     action.add_argument("--drain", action="store_true", help="remove them and print what was removed")
-    action.add_argument("--replay", action="store_true", help="republish them (oldest first) and remove them")
+    action.add_argument(
+        "--replay", action="store_true",
+        help="replay them (oldest first) to the destinations that failed them, and remove them")
     dlq.set_defaults(run=run_dlq)
 
 
@@ -61,8 +66,10 @@ def run_stats(args: argparse.Namespace) -> int:
     """Print the stats of every served topic."""
     with connect(args) as remote:
         stats = remote.stats()
+        held = remote.held_by() if hasattr(remote, "held_by") else {}
     if args.json:
-        print(json.dumps({name: dataclasses.asdict(s) for name, s in stats.items()}, indent=2))
+        print(json.dumps({name: {**dataclasses.asdict(s), "held_by": held.get(name)}
+                          for name, s in stats.items()}, indent=2))
         return 0
     table = Table(title=f"topics on {args.address}", title_justify="left")
     table.add_column("topic", no_wrap=True)
@@ -71,6 +78,8 @@ def run_stats(args: argparse.Namespace) -> int:
     for name, snapshot in stats.items():
         table.add_row(name, *(f"{getattr(snapshot, field):,}" for field in _STATS_COLUMNS))
     Console().print(table)
+    for text in held.values():  # why messages pend: publishers wait on this
+        print(f"held: {text}")
     return 0
 
 
@@ -80,7 +89,8 @@ def run_dlq(args: argparse.Namespace) -> int:
         remote.topic(args.topic)  # TopicNotFoundError before anything else
         queue = _dead_letters(remote, args.topic)
         if args.replay:
-            print(f"replayed {queue.replay()} dead letter(s) to {args.topic}")
+            print(f"replayed {queue.replay()} dead letter(s) of {args.topic} to the destinations "
+                  "that failed them")
             return 0
         letters = queue.drain() if args.drain else list(queue)
     Console().print(_letters_table(args.topic, letters))
@@ -100,7 +110,10 @@ def _letters_table(topic: str, letters: list[Any]) -> Table:
         table.add_column(column)
     for letter in letters:
         at = time.strftime("%H:%M:%S", time.localtime(letter.at))
-        table.add_row(letter.message_id, letter.reason, letter.error or "", letter.group or "",
+        error = letter.error or ""
+        if getattr(letter, "exception", None):  # a handler raised: name the type too
+            error = f"{letter.exception}: {error}"
+        table.add_row(letter.message_id, letter.reason, error, letter.group or "",
                       str(letter.attempts), at, _preview(letter.message))
     return table
 

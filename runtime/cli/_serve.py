@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from runtime.cli._endpoint import CliError, add_endpoint_arguments, address, authkey
@@ -21,6 +22,7 @@ topics file (TOML):
   ack_timeout = 30.0
   [topics.orders]
   max_pending = 10000
+  balanced_capacity = 10000
   groups = ["billing", "analytics"]
   [topics.revenue]
 
@@ -61,7 +63,8 @@ def run_serve(args: argparse.Namespace) -> int:
         resources.callback(server.close)
         line = f"actorbus: serving {len(topics.topics)} topic(s) on {_where(server.address)}"
         if args.metrics_port is not None:
-            metrics = MetricsServer(bus, host=host, port=args.metrics_port)
+            metrics = _bound(lambda: MetricsServer(bus, host=host, port=args.metrics_port),
+                             "metrics", host, args.metrics_port)
             resources.callback(metrics.close)
             line += f", metrics on http://{_where(metrics.address)}/metrics"
         print(line, flush=True)
@@ -76,9 +79,21 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _serve(bus: Any, host: str, port: int, key: bytes) -> Any:
     try:
-        return bus.serve((host, port), authkey=key)
+        return _bound(lambda: bus.serve((host, port), authkey=key), "broker", host, port)
     except NotImplementedError as exc:
         raise CliError(f"the broker endpoint is not available in this build ({exc})") from None
+
+
+def _bound(start: Callable[[], Any], what: str, host: str, port: int) -> Any:
+    """``start()``, with a bind failure turned into one line naming the address."""
+    try:
+        return start()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            detail = "the port is already in use (is another broker running?)"
+        else:
+            detail = exc.strerror or str(exc)
+        raise CliError(f"cannot serve the {what} on {host}:{port}: {detail}") from None
 
 
 def _watch(event: Any, stop: threading.Event, escalated: list[Any]) -> None:

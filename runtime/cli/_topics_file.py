@@ -25,6 +25,7 @@ from typing import Any
 
 from runtime.core._bus import Bus
 from runtime.core._settings import TopicSettings
+from runtime.errors import InvalidSettingsError
 
 __all__ = ["TopicSpec", "TopicsFile", "TopicsFileError", "load_topics"]
 
@@ -79,7 +80,8 @@ def load_topics(path: str | Path) -> TopicsFile:
     """Read and check the topics file at ``path``.
 
     Raises:
-        TopicsFileError: unreadable, not TOML, no topics, or an unknown key.
+        TopicsFileError: unreadable, not TOML, no topics, an unknown key, or a value out
+            of range (naming the file and the topic).
     """
     try:
         document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -96,7 +98,18 @@ def load_topics(path: str | Path) -> TopicsFile:
     topics = _table(path, document.get("topics", {}), "[topics]")
     if not topics:
         raise TopicsFileError(str(path), "no topics: add a [topics.NAME] table")
-    return TopicsFile(defaults=defaults, topics=tuple(_spec(path, n, t) for n, t in topics.items()))
+    specs = tuple(_spec(path, n, t) for n, t in topics.items())
+    for spec in specs:
+        _check_values(path, defaults, spec)
+    return TopicsFile(defaults=defaults, topics=specs)
+
+
+def _check_values(path: str | Path, defaults: dict[str, Any], spec: TopicSpec) -> None:
+    """Validate what ``spec`` will be created with, naming the file and the topic."""
+    try:
+        TopicSettings().merged(**defaults).merged(**spec.settings).validate()
+    except InvalidSettingsError as exc:
+        raise TopicsFileError(str(path), f"[topics.{spec.name}] {exc}") from exc
 
 
 def _spec(path: str | Path, name: str, table: Any) -> TopicSpec:

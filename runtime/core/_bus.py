@@ -143,6 +143,12 @@ class Bus:
         """Every topic's stats, by name."""
         return {name: topic.stats() for name, topic in list(self._topics.items())}
 
+    def held_by(self) -> dict[str, str]:
+        """For each topic whose publishers would wait right now: what holds them, named
+        (``max_pending``, a full group, a broadcast subscriber a ring behind). Never blocks."""
+        held = {name: topic.held_by() for name, topic in list(self._topics.items())}
+        return {name: text for name, text in held.items() if text is not None}
+
     def serve(self, address: tuple[str, int] | str = ("127.0.0.1", 0), *, authkey: bytes,
               **limits: Any) -> BusServer:
         """Serve this bus to other processes: the broker endpoint (``runtime.broker``).

@@ -19,10 +19,24 @@ from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
-__all__ = ["GroupHandle", "PublishPath"]
+__all__ = ["GroupHandle", "PartlyPublished", "PublishPath"]
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
+
+
+class PartlyPublished(Exception):  # not an error of its own: a partial result
+    """A Publisher batch the topic accepted only in part (it closed, or a wait timed out).
+
+    Args:
+        ids: the ids of the messages accepted, a prefix of the batch in order.
+        error: why the rest was refused; none of the rest entered the topic.
+    """
+
+    def __init__(self, ids: list[str], error: BaseException) -> None:
+        super().__init__(ids, error)
+        self.ids = ids
+        self.error = error
 
 
 class GroupHandle:
@@ -150,20 +164,33 @@ class PublishPath:
 
         Returns the ids in order. Blocks on backpressure (no bound; closing the topic
         wakes it).
+
+        Raises:
+            PartlyPublished: the topic closed after accepting part of the batch (the
+                accepted prefix's ids and the refusal; the rest never entered it).
+            TopicClosedError, MessageTypeError: nothing of the batch was accepted.
         """
         self.check_datas(datas)
-        if self._settings.max_pending is None:
-            envelopes = self.envelopes(datas, attributes, keys)
-            size = self._settings.balanced_capacity
-            for start in range(0, len(envelopes), size):
-                self._send_counted(envelopes[start:start + size], admit=False)
-            return [e[MESSAGE_ID] for e in envelopes]
-        ids = []
-        for index in range(len(datas)):
-            envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
-                                       keys[index:index + 1])
-            self._send_counted(envelopes, admit=True)
-            ids.append(envelopes[0][MESSAGE_ID])
+        ids: list[str] = []
+        try:
+            if self._settings.max_pending is None:
+                envelopes = self.envelopes(datas, attributes, keys)
+                # A chunk must fit both a group's queue and (for a blocking ring) the ring.
+                size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
+                for start in range(0, len(envelopes), size):
+                    chunk = envelopes[start:start + size]
+                    self._send_counted(chunk, admit=False)
+                    ids.extend(e[MESSAGE_ID] for e in chunk)
+                return ids
+            for index in range(len(datas)):
+                envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
+                                           keys[index:index + 1])
+                self._send_counted(envelopes, admit=True)
+                ids.append(envelopes[0][MESSAGE_ID])
+        except (WouldBlock, TopicClosedError) as exc:
+            if ids:
+                raise PartlyPublished(ids, exc) from exc
+            raise
         return ids
 
     def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
@@ -183,12 +210,13 @@ class PublishPath:
         """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
         groups = self._groups()
         admitted = self._take_room(groups, len(envelopes), slotted, deadline)
-        for _ in range(_LAG_YIELDS):
+        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
             if not self._ring.would_lag(len(envelopes)):
                 break
             time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
         try:
             with self._ring.lock:
+                self._wait_ring(len(envelopes), slotted, deadline)
                 subscribers = self._ring.subscriber_count
                 if not groups and not subscribers:
                     self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
@@ -207,6 +235,18 @@ class PublishPath:
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
+
+    def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
+        """With a blocking ring, wait (ring lock held) for room; a refusal gives the
+        ``max_pending`` slots back (the caller gives the groups' room back)."""
+        if not self._ring.blocking:
+            return
+        try:
+            self._ring.wait_room_locked(count, deadline)
+        except BaseException:
+            if slotted:
+                self._ledger.release_slots(count)
+            raise
 
     def _take_room(
         self, groups: list[GroupHandle], count: int, slotted: bool, deadline: float | None,

@@ -12,10 +12,10 @@ __all__ = ["TopicSettings"]
 
 _BACKENDS = ("in_memory",)
 _ON_FULL = ("block", "drop_newest")
-_ON_LAG = ("drop_oldest", "disconnect")
+_ON_LAG = ("block", "drop_oldest", "disconnect")
 # What each backend can honour; anything else is an UnsupportedPolicyError.
 _CAPABILITIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "in_memory": {"balanced_on_full": _ON_FULL, "broadcast_on_lag": ("drop_oldest",)},
+    "in_memory": {"balanced_on_full": _ON_FULL, "broadcast_on_lag": ("block", "drop_oldest")},
 }
 
 
@@ -33,9 +33,12 @@ class TopicSettings:
             batch).
         balanced_on_full: ``"block"`` the publisher or ``"drop_newest"`` for that group.
         broadcast_capacity: entries of the topic's broadcast ring.
-        broadcast_on_lag: what happens to a subscriber more than a ring behind.
+        broadcast_on_lag: what happens when a subscriber is a whole ring behind:
+            ``"block"`` holds publishers until it reads (bounded by ``publish(timeout=)``),
+            ``"drop_oldest"`` skips the overwritten entries (each settles as ``lagged``).
         max_delivery_attempts: attempts per balanced delivery before dead-lettering.
-        dead_letter_limit: dead letters kept (newest win; None: unbounded).
+        dead_letter_limit: dead letters kept (newest win, evictions counted); None keeps
+            every one, without bound.
         backend: where messages live; only ``"in_memory"`` exists.
     """
 
@@ -46,9 +49,9 @@ class TopicSettings:
     balanced_capacity: int = 128
     balanced_on_full: Literal["block", "drop_newest"] = "block"
     broadcast_capacity: int = 128
-    broadcast_on_lag: Literal["drop_oldest", "disconnect"] = "drop_oldest"
+    broadcast_on_lag: Literal["block", "drop_oldest", "disconnect"] = "block"
     max_delivery_attempts: int = 1
-    dead_letter_limit: int | None = None
+    dead_letter_limit: int | None = 10_000
     backend: str = "in_memory"
 
     def merged(self, **overrides: Any) -> TopicSettings:

@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
+from runtime.core._closing import close_publishers
+from runtime.core._held import holder
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
+from runtime.core._replay import Replay
 from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core._timer import Timer
@@ -63,7 +66,9 @@ class Topic(Generic[T]):
             max_attempts=settings.max_delivery_attempts,
             dead_letters=self._dead_letters, clock=clock,
         )
-        self._ring = Ring(settings.broadcast_capacity, name)
+        self._ring = Ring(
+            settings.broadcast_capacity, name, blocking=settings.broadcast_on_lag == "block",
+        )
         self._tracker = tracker = system.spawn(TrackerActor, ledger, name=f"{self._prefix}/tracker")
         self._subscribers = Subscribers(
             topic=name, settings=settings, system=system, ledger=ledger, ring=self._ring,
@@ -76,6 +81,10 @@ class Topic(Generic[T]):
         self._path = PublishPath(
             topic=name, settings=settings, ledger=ledger, ring=self._ring,
             groups=self._subscribers.handles, sleep=sleep,
+        )
+        self._replay = Replay(
+            topic=name, ledger=ledger, ring=self._ring, subscribers=self._subscribers,
+            path=self._path,
         )
         self._actor: Ref = system.spawn(TopicActor, self._path, name=f"{self._prefix}/topic")
         self._state_lock = threading.Lock()
@@ -151,6 +160,7 @@ class Topic(Generic[T]):
 
         Raises:
             TopicClosedError: the topic is closed.
+            InvalidSettingsError: the topic's ``message_type`` accepts no `Message`.
         """
         from runtime.publisher._publisher import Publisher
 
@@ -262,12 +272,10 @@ class Topic(Generic[T]):
         """Close, then stop every actor of the topic (subscribers first, tracker last)."""
         with self._state_lock:
             publishers, self._publishers = self._publishers, []
-        deadline = time.monotonic() + timeout  # one budget for all publishers' flushes
-        for publisher in publishers:
-            try:
-                publisher.close(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:
-                continue
+        close_publishers(
+            publishers, held=lambda: self.held_by() is not None, release=self.close,
+            timeout=timeout,
+        )
         self.close()
         with self._state_lock:
             if self._torn_down:
@@ -280,18 +288,19 @@ class Topic(Generic[T]):
             except Exception:
                 continue
 
+    def held_by(self) -> str | None:
+        """What a publish would wait for now (``max_pending``, a full group, a broadcast
+        subscriber a ring behind), named; None when nothing holds it. Never blocks."""
+        return holder(self._name, self._settings, self._ledger, self._subscribers.handles(),
+                      self._ring)
+
     def _check_open(self) -> None:
         if self._ledger.closed:
             raise TopicClosedError(self._name)
 
     def _replayer(self, topic: Any) -> Callable[[DeadLetter], None]:
+        """Where ``replay(topic=...)`` sends letters: back to the destination that failed
+        each (this topic), or to every destination of another topic."""
         target = self if topic is None else self._resolve(topic)
         target._check_open()
-        return target._republish
-
-    def _republish(self, dead_letter: DeadLetter) -> None:
-        message = dead_letter.message
-        if isinstance(message, Message):
-            self._path.publish_messages([message])
-        else:
-            self.publish(message, key=dead_letter.key, attributes=dead_letter.attributes)
+        return self._replay if target is self else target._replay.publish_anew

@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import Actor, Ref
+from runtime.core._publishing import PartlyPublished
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings, Parts
 from runtime.publisher._flow_control import FlowGate
@@ -239,12 +240,16 @@ class PublisherActor(Actor):
         self._on_paused(self._sequencer.paused)
 
     def _settle(self, batch: Batch, ids: list[str] | None, error: BaseException | None) -> None:
-        """Resolve every future of ``batch`` and release its capacity: once per batch."""
+        """Resolve every future of ``batch`` and release its capacity: once per batch.
+
+        With both ``ids`` and ``error`` the topic accepted only the first ``len(ids)``
+        messages: those futures resolve, the rest (never published) fail.
+        """
+        futures = batch.futures
         if ids is not None:
-            resolve_all(batch.futures, ids)
-        else:
-            assert error is not None
-            for future in batch.futures:
+            resolve_all(futures if error is None else futures[:len(ids)], ids)
+        if error is not None:
+            for future in futures if ids is None else futures[len(ids):]:
                 fail_future(future, error)
         self._gate.release(len(batch), batch.size)
         if self._outstanding.pop(batch.id, None) is not None and self._barriers:
@@ -282,9 +287,12 @@ _TICK = Tick()
 def _outcome(
     result: Future[list[str]], count: int
 ) -> tuple[list[str] | None, BaseException | None]:
-    """The ids of a settled batch future, or the error that fails the whole batch."""
+    """The ids of a settled batch future, or the error that fails the whole batch; both
+    when the topic accepted only a prefix of it."""
     try:
         ids = result.result(timeout=0)
+    except PartlyPublished as partial:
+        return partial.ids, partial.error
     except BaseException as exc:  # CancelledError included: the batch failed
         return None, exc
     if len(ids) != count:

@@ -31,6 +31,7 @@ from runtime.publisher._validation import (
     check_ordering,
     checked_attributes,
     checked_key,
+    checked_topic,
     closed_error,
     merge,
 )
@@ -60,6 +61,7 @@ class Publisher:
 
     Raises:
         PublishError: code 3 when a setting is invalid.
+        InvalidSettingsError: the topic's ``message_type`` accepts no `Message`.
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class Publisher:
         clock: Callable[[], float] = time.monotonic,
         name: str | None = None,
     ) -> None:
+        checked_topic(topic)
         self._batching = merge(BatchSettings, BatchSettings(), batching, "batching")
         self._flow_control = merge(FlowControl, FlowControl(), flow_control, "flow_control")
         self._message_ordering = check_ordering(message_ordering)
@@ -193,15 +196,24 @@ class Publisher:
         Raises:
             TimeoutError: the flush did not finish within ``timeout`` seconds.
         """
-        with self._options_lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._gate.close(closed_error)
+        if not self._refuse():
+            return
         try:
             self.flush(timeout)
         finally:
             self._ref.stop(timeout=_ASK_TIMEOUT)
+
+    def _refuse(self) -> bool:
+        """Close's first step: refuse new publishes and wake blocked ones (code 9).
+
+        Returns False when the Publisher was closed already.
+        """
+        with self._options_lock:
+            if self._closed:
+                return False
+            self._closed = True
+        self._gate.close(closed_error)
+        return True
 
     def set_options(
         self,

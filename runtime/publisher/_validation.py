@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from runtime.errors import PublishError
+from runtime.core._message import Message
+from runtime.errors import InvalidSettingsError, PublishError
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl
 
@@ -21,6 +22,7 @@ __all__ = [
     "check_ordering",
     "checked_attributes",
     "checked_key",
+    "checked_topic",
     "closed_error",
     "merge",
 ]
@@ -34,6 +36,26 @@ _Settings = TypeVar("_Settings", BatchSettings, FlowControl)
 def closed_error() -> PublishError:
     """The error of a publish on a closed Publisher (code 9)."""
     return PublishError("Publisher is closed", 9)
+
+
+def checked_topic(topic: Any) -> None:
+    """Refuse a topic whose ``message_type`` accepts neither a `Message` nor its bytes.
+
+    A Publisher sends `Message` objects (a typed topic also takes one whose ``data`` is
+    of its type): on any other typed topic every future would fail later.
+
+    Raises:
+        InvalidSettingsError: naming ``message_type``.
+    """
+    settings = getattr(topic, "settings", None)
+    expected = getattr(settings, "message_type", None)
+    if expected is None or issubclass(Message, expected) or issubclass(bytes, expected):
+        return
+    raise InvalidSettingsError(
+        "message_type",
+        f"topic {topic.name!r} takes {expected.__qualname__} messages; a Publisher sends "
+        "Message objects with bytes data (publish with topic.publish instead)",
+    )
 
 
 def as_bytes(data: object) -> bytes:

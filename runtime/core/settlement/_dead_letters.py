@@ -33,6 +33,10 @@ class DeadLetter:
         error: free text (the nack's text, the handler's exception), or None.
         attempts: delivery attempts made.
         at: ``time.time()`` when it was dead-lettered.
+        exception: for reason ``error``, the qualified name of the exception the handler
+            raised (None otherwise).
+        traceback: for reason ``error``, the handler's traceback as text (None otherwise;
+            a worker process sends it as text).
         key: the message's ordering key (kept for `DeadLetterQueue.replay`).
         attributes: the message's attributes (kept for replay).
     """
@@ -46,6 +50,8 @@ class DeadLetter:
     error: str | None
     attempts: int
     at: float
+    exception: str | None = None
+    traceback: str | None = None
     key: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
 
@@ -54,11 +60,12 @@ def dead_letter_of(delivery: Delivery[Any], topic: str) -> DeadLetter:
     """The dead letter of a delivery that failed for good (its failure is set)."""
     envelope, handover = delivery._envelope, delivery._handover
     reason, error, _ = delivery._failure
+    exception, traceback = getattr(delivery, "_cause", None) or (None, None)
     return DeadLetter(
         message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=topic,
         subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,
-        error=error, attempts=delivery._attempt, at=time.time(), key=envelope[KEY],
-        attributes=envelope[ATTRIBUTES],
+        error=error, attempts=delivery._attempt, at=time.time(), exception=exception,
+        traceback=traceback, key=envelope[KEY], attributes=envelope[ATTRIBUTES],
     )
 
 
@@ -121,9 +128,15 @@ class DeadLetterQueue:
         self._callback = callback
 
     def replay(self, *, topic: Any = None) -> int:
-        """Drain and republish every dead letter, oldest first; return the count.
+        """Drain and replay every dead letter, oldest first; return the count.
 
-        Blocks while the target topic applies its backpressure.
+        On the topic they came from, each letter goes back only to the destination that
+        failed it (its group or broadcast subscriber), as a new attempt of the same
+        message id: destinations that acked never see it twice. A letter whose
+        destination is gone is dead-lettered again as ``unsubscribed``; one that no
+        destination took (``no_subscribers``) is published anew. With another
+        ``topic``, every letter is published there anew (to all its destinations),
+        blocking while that topic applies its backpressure.
 
         Args:
             topic: a `Topic` or a topic name (default: the topic these came from).

@@ -81,9 +81,13 @@ class Delivery(Generic[T]):
     ack deadline or the topic's close, raises `SettlementError`.
     """
 
-    # _failure (reason, error, timed_out) and _message are set only when needed.
-    __slots__ = ("_attempt", "_envelope", "_failure", "_handover", "_index", "_message", "_state")
+    # _failure (reason, error, timed_out), _cause (a raising handler's exception type and
+    # traceback text) and _message are set only when needed.
+    __slots__ = (
+        "_attempt", "_cause", "_envelope", "_failure", "_handover", "_index", "_message", "_state",
+    )
     _failure: tuple[str, str | None, bool]
+    _cause: tuple[str, str]
     _message: T
 
     def __init__(self, envelope: Envelope, handover: HandOver, index: int, attempt: int) -> None:
@@ -242,10 +246,14 @@ class Delivery(Generic[T]):
             self._state = ACKED
             self._send()
 
-    def _fail_if_pending(self, reason: str, error: str | None) -> None:
-        """Nack with ``reason`` unless something settled it already."""
+    def _fail_if_pending(
+        self, reason: str, error: str | None, cause: tuple[str, str] | None = None,
+    ) -> None:
+        """Nack with ``reason`` (and a handler's ``cause``) unless something settled it."""
         if self._claim():
             self._set_nacked(reason, error)
+            if cause is not None:
+                self._cause = cause
             self._send()
 
     def _expire(self, reason: str) -> bool:

@@ -26,12 +26,15 @@ WAKE = _Wake()
 
 def hand_over(
     envelopes: list[Envelope], subscriber_id: int, ledger: Ledger, tracker: Ref,
+    attempts: list[int] | None = None,
 ) -> tuple[HandOver, list[Delivery[Any]]] | None:
-    """Make broadcast deliveries and register them; None (all nacked ``closed``) if closed."""
+    """Make broadcast deliveries (first attempts unless ``attempts`` says otherwise) and
+    register them; None (all nacked ``closed``) if closed."""
     handover = HandOver(tracker, subscriber_id, None)
-    deliveries: list[Delivery[Any]] = [
-        Delivery(e, handover, i, 1) for i, e in enumerate(envelopes)
-    ]
+    deliveries: list[Delivery[Any]] = (
+        [Delivery(e, handover, i, 1) for i, e in enumerate(envelopes)] if attempts is None
+        else [Delivery(e, handover, i, a) for i, (e, a) in enumerate(zip(envelopes, attempts, strict=True))]
+    )
     handover.pending = dict(enumerate(deliveries))
     if ledger.register(handover):
         return handover, deliveries
@@ -72,10 +75,11 @@ class BroadcastActor(Actor):
 
     def on_receive(self, message: Any) -> Any:
         """On `WAKE`: handle one batch, then wake itself again until the ring is drained."""
-        envelopes = self._ring.read(self._subscriber_id, self._ring.capacity)
-        if not envelopes:
+        taken = self._ring.read(self._subscriber_id, self._ring.capacity)
+        if not taken or not taken[0]:
             return None
-        batch = hand_over(envelopes, self._subscriber_id, self._ledger, self._tracker)
+        envelopes, attempts = taken
+        batch = hand_over(envelopes, self._subscriber_id, self._ledger, self._tracker, attempts)
         if batch is not None:
             run_handler(self._handler, self._auto_ack, *batch)
         # Another mailbox round trip (not a loop) so a stop queued meanwhile is honoured.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +24,14 @@ THREAD_WINDOW = 256
 
 def run_handler(
     handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
+    *, log: bool = True,
 ) -> None:
     """Call ``handler`` on each still-pending delivery, then send the settlements as one.
 
-    A raised exception nacks a still-pending delivery (reason ``error``, the exception's
-    text kept); with ``auto_ack`` a normal return acks it. Deliveries already settled
-    (deadline, close) are skipped.
+    A raised exception nacks a still-pending delivery (reason ``error``; the exception's
+    text, type and traceback kept) and, with ``log``, is logged at WARNING (a worker
+    process leaves that to the parent); with ``auto_ack`` a normal return acks it.
+    Deliveries already settled (deadline, close) are skipped.
     """
     pending = handover.pending
     handover.open_buffer()
@@ -39,8 +42,10 @@ def run_handler(
             try:
                 handler(delivery)
             except Exception as exc:
-                logger.debug("handler raised on %r", delivery, exc_info=True)
-                delivery._fail_if_pending("error", str(exc) or type(exc).__name__)
+                if log:
+                    logger.warning("handler raised on %r", delivery, exc_info=True)
+                cause = (type(exc).__qualname__, traceback.format_exc())
+                delivery._fail_if_pending("error", str(exc) or type(exc).__name__, cause)
             else:
                 if auto_ack:
                     delivery._ack_if_pending()

@@ -137,8 +137,8 @@ class RingSource:
 
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Take the next entry and hand it over (its ack deadline starts now)."""
-        envelope = self._ring.read_one(self._subscriber_id, timeout)
-        batch = hand_over([envelope], self._subscriber_id, self._ledger, self._tracker)
+        envelope, attempt = self._ring.read_one(self._subscriber_id, timeout)
+        batch = hand_over([envelope], self._subscriber_id, self._ledger, self._tracker, [attempt])
         if batch is None:
             raise TopicClosedError(self._ring.topic)
         return batch[1][0]

@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 # Deliveries a worker process may hold at once (sent as one pickled batch).
 PROCESS_WINDOW = 256
 
-# (index, acked, reason, error): one settlement seen by the worker.
-Settlement = tuple[int, bool, "str | None", "str | None"]
+# (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
+# handler's adds its cause, (exception type, traceback text).
+Settlement = tuple[Any, ...]
 # What a worker answers: the seconds its handler took on the batch, and the batch's size
 # when all of it was acked, else its settlements.
 Reply = "tuple[float, int | list[Settlement]]"
@@ -127,12 +128,14 @@ class WorkerActor(Actor):
         handover = HandOver(sink, batch.subscriber_id, batch.group)
         deliveries = batch.deliveries(handover)
         started = time.perf_counter()
-        run_handler(self._handler, self._auto_ack, handover, deliveries)
+        run_handler(self._handler, self._auto_ack, handover, deliveries, log=False)
         elapsed = time.perf_counter() - started
         settled = sink.settled
         if len(settled) == len(deliveries) and all_acked(settled):
             return elapsed, len(deliveries)
-        return elapsed, [(d._index, d._state is ACKED, d.reason, d.error) for d in settled]
+        return elapsed, [
+            (d._index, d._state is ACKED, d.reason, d.error, *_cause_of(d)) for d in settled
+        ]
 
 
 class ProcessEndpoint:
@@ -203,6 +206,11 @@ class ProcessEndpoint:
         self._group.tell(Credit(self.key, count))
 
 
+def _cause_of(delivery: Delivery[Any]) -> tuple[tuple[str, str], ...]:
+    cause = getattr(delivery, "_cause", None)
+    return () if cause is None else (cause,)
+
+
 def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:
     """Claim every delivery the parent still holds as acked (their deadline may have won)."""
     pop = handover.pending.pop
@@ -217,7 +225,7 @@ def _claim_settled(
 ) -> list[Delivery[Any]]:
     """Claim and settle the deliveries the worker reported; the rest wait for deadlines."""
     settled = []
-    for index, acked, reason, text in settlements:
+    for index, acked, reason, text, *cause in settlements:
         delivery = deliveries[index]
         if not delivery._claim():
             continue  # its deadline or the close sweep won
@@ -225,5 +233,9 @@ def _claim_settled(
             delivery._state = ACKED
         else:
             delivery._set_nacked(reason or "nack", text)
+            if cause:
+                delivery._cause = cause[0]
+                logger.warning("handler raised on %r in a worker process:\n%s", delivery,
+                               cause[0][1])
         settled.append(delivery)
     return settled

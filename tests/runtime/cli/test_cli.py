@@ -162,7 +162,11 @@ def test_dlq_of_an_unknown_topic_is_one_line(served: tuple[Bus, str], capsys: An
 def test_dlq_lists_drains_and_replays_on_a_real_broker(served: tuple[Bus, str], capsys: Any) -> None:
     bus, address = served
     orders = bus.topic("orders")
-    orders.subscribe(lambda d: d.nack("bad order"), group="billing")
+    billed: list[tuple[str, int]] = []
+    audited: list[str] = []
+    orders.subscribe(lambda d: (billed.append((d.message, d.attempt)), d.nack("bad order")),
+                     group="billing")
+    orders.subscribe(lambda d: (audited.append(d.message), d.ack()))
     bus.publish("orders", "o-1")
     assert orders.join(timeout=10)
     endpoint = ["--address", address, "--authkey-env", KEY_ENV]
@@ -172,6 +176,7 @@ def test_dlq_lists_drains_and_replays_on_a_real_broker(served: tuple[Bus, str], 
     assert main(["dlq", "orders", "--replay", *endpoint]) == 0
     assert "replayed 1" in capsys.readouterr().out
     assert orders.join(timeout=10)
+    assert (billed, audited) == ([("o-1", 1), ("o-1", 2)], ["o-1"])  # only billing again
     assert main(["dlq", "orders", "--drain", *endpoint]) == 0
     assert "drained 1" in capsys.readouterr().out
     assert len(orders.dead_letters) == 0
@@ -220,7 +225,7 @@ def letter(n: int) -> runtime.DeadLetter:
 @pytest.mark.parametrize(("flag", "expected", "left"), [
     ([], "listed 2 dead letter(s) of orders", 2),
     (["--drain"], "drained 2 dead letter(s) of orders", 0),
-    (["--replay"], "replayed 2 dead letter(s) to orders", 0),
+    (["--replay"], "replayed 2 dead letter(s) of orders", 0),
 ])
 def test_dlq_lists_drains_or_replays_through_the_client(
     flag: list[str], expected: str, left: int, key: bytes, monkeypatch: Any, capsys: Any,

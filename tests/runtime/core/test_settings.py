@@ -20,8 +20,8 @@ def test_defaults_match_the_contract() -> None:
     assert (settings.throttle, settings.balanced_capacity, settings.broadcast_capacity) == (
         0.0, 128, 128,
     )
-    assert (settings.balanced_on_full, settings.broadcast_on_lag) == ("block", "drop_oldest")
-    assert (settings.max_delivery_attempts, settings.dead_letter_limit) == (1, None)
+    assert (settings.balanced_on_full, settings.broadcast_on_lag) == ("block", "block")
+    assert (settings.max_delivery_attempts, settings.dead_letter_limit) == (1, 10_000)
     assert settings.backend == "in_memory"
 
 

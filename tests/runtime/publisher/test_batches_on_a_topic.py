@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus, Delivery, Message
-from runtime.errors import PublishError, TopicClosedError
+from runtime.errors import InvalidSettingsError, PublishError, TopicClosedError
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl
 
@@ -145,3 +145,31 @@ def test_flow_control_bounds_what_a_slow_subscriber_lets_pile_up(bus: Bus) -> No
 
     assert peak <= 64 * 100
     assert len(handled) == 600
+
+
+def test_publisher_on_a_topic_that_takes_no_message_is_refused_naming_message_type(
+    bus: Bus,
+) -> None:
+    class Order:
+        pass
+
+    orders = bus.create_topic("orders", message_type=Order)
+
+    with pytest.raises(InvalidSettingsError) as info:
+        orders.publisher()
+
+    assert info.value.setting == "message_type"
+    assert "Order" in str(info.value) and "orders" in str(info.value)
+
+
+@pytest.mark.parametrize("message_type", [Message, bytes, object])
+def test_publisher_on_a_topic_that_takes_messages_or_their_bytes_works(
+    bus: Bus, message_type: type,
+) -> None:
+    topic = bus.create_topic("t", message_type=message_type)
+    reader = topic.subscription(group="g")
+
+    with topic.publisher() as publisher:
+        message_id = publisher.publish(b"x").result(timeout=5)
+
+    assert reader.receive(timeout=5).message_id == message_id

@@ -143,7 +143,7 @@ def test_accounting_invariant_under_a_random_mix_of_settlements() -> None:
     with Bus() as bus:
         topic = bus.create_topic(
             "t", ack_timeout=0.2, max_delivery_attempts=2, broadcast_capacity=total,
-            balanced_capacity=total,
+            balanced_capacity=total, dead_letter_limit=None,
         )
         for seed, group in enumerate(("a", "a", "b", "b")):
             topic.subscribe(member(f"group:{group}", seed), group=group)

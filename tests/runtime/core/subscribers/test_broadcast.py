@@ -32,7 +32,7 @@ def test_every_broadcast_subscriber_gets_every_message(bus: Bus) -> None:
 
 
 def test_lagging_subscriber_skips_overwritten_entries_as_lagged(bus: Bus) -> None:
-    topic = bus.create_topic("t", broadcast_capacity=4)
+    topic = bus.create_topic("t", broadcast_capacity=4, broadcast_on_lag="drop_oldest")
     entered, release = threading.Event(), threading.Event()
     seen: list[int] = []
 
@@ -59,7 +59,7 @@ def test_lagging_subscriber_skips_overwritten_entries_as_lagged(bus: Bus) -> Non
 
 
 def test_lag_of_one_subscriber_does_not_affect_another(bus: Bus) -> None:
-    topic = bus.create_topic("t", broadcast_capacity=2)
+    topic = bus.create_topic("t", broadcast_capacity=2, broadcast_on_lag="drop_oldest")
     lagging = topic.subscription()
     keeping_up = topic.subscription()
     reports = []
@@ -75,8 +75,10 @@ def test_lag_of_one_subscriber_does_not_affect_another(bus: Bus) -> None:
         )
 
 
-def test_publishing_never_blocks_on_broadcast(bus: Bus) -> None:
-    topic = bus.create_topic("t", broadcast_capacity=2, ack_timeout=None)
+def test_drop_oldest_publishing_never_blocks_on_broadcast(bus: Bus) -> None:
+    topic = bus.create_topic(
+        "t", broadcast_capacity=2, ack_timeout=None, broadcast_on_lag="drop_oldest",
+    )
     topic.subscription()  # never reads
 
     reports = [topic.publish(n, timeout=0.5) for n in range(50)]

@@ -69,7 +69,10 @@ def test_worker_answers_settlements_when_one_was_not_acked() -> None:
 
     _, reply = worker.on_receive(WorkBatch.of(5, "g", "orders", sent))
 
-    assert reply == [(0, True, None, None), (1, False, "error", "bad data")]
+    assert isinstance(reply, list)
+    assert [r[:4] for r in reply] == [(0, True, None, None), (1, False, "error", "bad data")]
+    exception, text = reply[1][4]
+    assert exception == "ValueError" and "raise ValueError" in text and len(reply[0]) == 4
 
 
 def test_a_count_settles_only_what_the_parent_still_holds() -> None:
