@@ -54,8 +54,13 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     """(imported module, at module level) for every import of ``actors``/``runtime``."""
     tree = ast.parse(path.read_text())
     top_level = {id(node) for node in tree.body}
+    # Imports under ``if TYPE_CHECKING:`` name types for annotations and never run.
+    typing_only = {id(node) for block in tree.body if isinstance(block, ast.If)
+                   and ast.unparse(block.test).endswith("TYPE_CHECKING") for node in ast.walk(block)}
     found = []
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             found += [(name, id(node) in top_level) for name in names]
