@@ -19,7 +19,22 @@ from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
-__all__ = ["GroupHandle", "PublishPath"]
+__all__ = ["GroupHandle", "PublishPath", "check_keys"]
+
+_KEY_TYPES = frozenset({str, type(None)})
+
+
+def check_keys(keys: list[Any]) -> None:
+    """Refuse keys that are not a str or None (a group hashes them to pick a member).
+
+    Raises:
+        TypeError: naming the first bad key's type.
+    """
+    if set(map(type, keys)) <= _KEY_TYPES:
+        return
+    for key in keys:
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"a key must be a str or None, got {type(key).__qualname__}")
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
@@ -120,6 +135,8 @@ class PublishPath:
         timeout: float | None,
     ) -> PublishReport:
         """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
+        if key is not None and type(key) is not str:
+            check_keys([key])
         self.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ledger.count("published")
@@ -150,7 +167,11 @@ class PublishPath:
 
         Returns the ids in order. Blocks on backpressure (no bound; closing the topic
         wakes it).
+
+        Raises:
+            TypeError: a key is not a str or None (nothing of the batch is published).
         """
+        check_keys(keys)
         self.check_datas(datas)
         if self._settings.max_pending is None:
             envelopes = self.envelopes(datas, attributes, keys)

@@ -165,6 +165,17 @@ class Ledger:
             self._schedule(wake_at)
         return True
 
+    def renew(self, handover: HandOver, *, force: bool = False) -> None:
+        """Extend ``handover``'s ack deadline to ``ack_timeout`` from now: a handler just
+        reached it (``force``: always; else once a quarter of the deadline has run, so a
+        member working through a batch pays a clock read per delivery, not a lock)."""
+        deadlines = self._deadlines
+        if not force and not deadlines.due(handover):
+            return
+        with self._lock:
+            if handover.live:
+                deadlines.extend(handover)
+
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""
         effects: list[Effect] = []

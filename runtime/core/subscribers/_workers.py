@@ -21,12 +21,22 @@ from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_ack
 from runtime.core.subscribers._group import Credit
 from runtime.core.subscribers._member import Handler, run_handler
 
-__all__ = ["PROCESS_WINDOW", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor"]
+__all__ = [
+    "FIRST_BATCH", "PROCESS_BATCH", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor",
+]
 
 logger = logging.getLogger(__name__)
 
-# Deliveries a worker process may hold at once (sent as one pickled batch).
-PROCESS_WINDOW = 256
+# Hand-overs a worker process holds at once: one it runs, one waiting behind it. What
+# arrives meanwhile waits in the group and leaves as the next, larger hand-over.
+PROCESS_HANDOVERS = 2
+# The most deliveries in one hand-over (one pickled batch), and in the first ones, sent
+# before the worker's handler time is known (a slow handler must not get a batch that
+# outlives its ack deadline).
+PROCESS_BATCH = 256
+FIRST_BATCH = 4
+# Of the ack timeout, the share one hand-over's handler time may fill.
+_DEADLINE_SHARE = 0.25
 
 # (index, acked, reason, error): one settlement seen by the worker.
 Settlement = tuple[int, bool, "str | None", "str | None"]
@@ -59,10 +69,11 @@ class WorkBatch:
     attributes: list[dict[str, str]]
     stamps: list[float | None]
     attempts: list[int]
+    ack_timeout: float | None = None
 
     @classmethod
     def of(cls, subscriber_id: int, group: str, topic: str,
-           deliveries: list[Delivery[Any]]) -> WorkBatch:
+           deliveries: list[Delivery[Any]], ack_timeout: float | None = None) -> WorkBatch:
         """The columns of ``deliveries`` (in index order)."""
         envelopes = [d._envelope for d in deliveries]
         return cls(
@@ -73,6 +84,7 @@ class WorkBatch:
             [e[ATTRIBUTES] for e in envelopes],
             [e[STAMP_TIME] for e in envelopes],
             [d._attempt for d in deliveries],
+            ack_timeout,
         )
 
     def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
@@ -103,11 +115,47 @@ class _Collect:
             self.settled.append(message)
 
 
+class _Lease(dict[int, Delivery[Any]]):
+    """A worker's pending deliveries, which expire together at ``deadline``.
+
+    Past it every claim fails: the worker skips what is left and a late ``ack()`` raises
+    `SettlementError` (timed out) instead of succeeding where the parent, whose own
+    deadline has passed, would drop it. The deadline is set a margin before the
+    parent's, counted from when the worker starts the batch (the parent renews a
+    waiting hand-over's deadline when the one before it is answered, which is later).
+    """
+
+    def __init__(self, items: dict[int, Delivery[Any]], deadline: float) -> None:
+        super().__init__(items)
+        self.deadline = deadline
+
+    def __contains__(self, index: object) -> bool:
+        return not self._expired() and super().__contains__(index)
+
+    def pop(self, index: int, default: Any = None) -> Any:
+        if self._expired():
+            return default
+        return super().pop(index, default)
+
+    def _expired(self) -> bool:
+        if time.monotonic() < self.deadline:
+            return False
+        for delivery in self.values():
+            delivery._set_nacked("timeout", None, timed_out=True)
+        self.clear()
+        return True
+
+
+def _deadline(started: float, ack_timeout: float) -> float:
+    return started + ack_timeout - min(0.1 * ack_timeout, 0.5)
+
+
 class WorkerActor(Actor):
     """Runs in a worker process: handles a `WorkBatch`, answers with its settlements.
 
     Settlements made after the handler returned (from other threads) cannot reach the
-    parent; those deliveries settle by their ack deadline.
+    parent; those deliveries settle by their ack deadline, as do the ones the deadline
+    reached before the handler did (see `_Lease`).
 
     Args:
         handler: the subscriber's handler (cloudpickled once, at spawn).
@@ -126,6 +174,10 @@ class WorkerActor(Actor):
         sink = _Collect()
         handover = HandOver(sink, batch.subscriber_id, batch.group)
         deliveries = batch.deliveries(handover)
+        if batch.ack_timeout is not None:
+            handover.pending = _Lease(
+                handover.pending, _deadline(time.monotonic(), batch.ack_timeout),
+            )
         started = time.perf_counter()
         run_handler(self._handler, self._auto_ack, handover, deliveries)
         elapsed = time.perf_counter() - started
@@ -136,19 +188,46 @@ class WorkerActor(Actor):
 
 
 class ProcessEndpoint:
-    """The group's view of one pool member: each batch is one ask to the worker."""
+    """The group's view of one pool member: each batch is one ask to the worker.
 
-    window = PROCESS_WINDOW
+    Args:
+        key: its endpoint key in the group.
+        subscriber_id: the subscription's id.
+        worker: the worker process's actor.
+        group: the group actor (credit goes back there).
+        tracker: the tracker actor (settlements go there).
+        prefetch: deliveries it may hold unsettled (None: two full hand-overs).
+        ack_timeout: the topic's ack timeout (bounds a hand-over's expected run time).
+        renew: extends a hand-over's ack deadline (when the worker starts on it).
+    """
+
+    handovers: int | None = PROCESS_HANDOVERS
 
     def __init__(
         self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref,
+        prefetch: int | None = None, ack_timeout: float | None = None,
+        renew: Callable[[HandOver], None] | None = None,
     ) -> None:
         self.key = key
         self.subscriber_id = subscriber_id
+        self.window = PROCESS_HANDOVERS * PROCESS_BATCH if prefetch is None else prefetch
         self._worker = worker
         self._group = group
         self._tracker = tracker
+        self._ack_timeout = ack_timeout
+        self._renew = renew
+        self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._cost: float | None = None  # running handler seconds per message
+
+    def cap(self) -> int:
+        """The most deliveries for one hand-over: few until the handler's time is known,
+        then as many as fill a quarter of the ack timeout (at most `PROCESS_BATCH`)."""
+        cost = self._cost
+        if cost is None:
+            return FIRST_BATCH
+        if self._ack_timeout is None or cost <= 0:
+            return PROCESS_BATCH
+        return max(1, min(PROCESS_BATCH, int(self._ack_timeout * _DEADLINE_SHARE / cost)))
 
     def prefers_whole(self, count: int) -> bool:
         """True once this worker's handler is known to take ``count`` messages in less
@@ -159,18 +238,31 @@ class ProcessEndpoint:
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the batch; settle from its answer (never blocks)."""
         topic = deliveries[0].topic
-        batch = WorkBatch.of(self.subscriber_id, handover.group or "", topic, deliveries)
+        batch = WorkBatch.of(
+            self.subscriber_id, handover.group or "", topic, deliveries, self._ack_timeout,
+        )
         try:
             future = self._worker.ask(batch, timeout=None)
         except Exception as exc:  # e.g. a payload that does not pickle
             self._fail(handover, deliveries, "error", str(exc) or type(exc).__name__)
             return
+        self._running.append(handover)  # only the answer callbacks remove (one I/O thread)
         future.add_done_callback(self._answered(handover, deliveries))
+
+    def _started_next(self, handover: HandOver) -> None:
+        """``handover`` was answered: the worker now runs the next one, whose ack
+        deadline starts over (it waited in the worker's mailbox until now)."""
+        running = self._running
+        if handover in running:
+            running.remove(handover)
+        if running and self._renew is not None:
+            self._renew(running[0])
 
     def _answered(
         self, handover: HandOver, deliveries: list[Delivery[Any]],
     ) -> Callable[[Future[Any]], None]:
         def done(future: Future[Any]) -> None:
+            self._started_next(handover)
             error = future.exception()
             if error is not None:
                 logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
@@ -200,7 +292,7 @@ class ProcessEndpoint:
     def _finish(self, settled: list[Delivery[Any]], count: int) -> None:
         if settled:
             self._tracker.tell(settled)
-        self._group.tell(Credit(self.key, count))
+        self._group.tell(Credit(self.key, count, 1))
 
 
 def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:
