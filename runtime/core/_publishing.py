@@ -173,12 +173,9 @@ class PublishPath:
         """
         check_keys(keys)
         self.check_datas(datas)
-        if self._settings.max_pending is None:
-            envelopes = self.envelopes(datas, attributes, keys)
-            size = self._settings.balanced_capacity
-            for start in range(0, len(envelopes), size):
-                self._send_counted(envelopes[start:start + size], admit=False)
-            return [e[MESSAGE_ID] for e in envelopes]
+        settings = self._settings
+        if settings.max_pending is None or not settings.throttle:
+            return self._publish_chunks(self.envelopes(datas, attributes, keys))
         ids = []
         for index in range(len(datas)):
             envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
@@ -186,6 +183,29 @@ class PublishPath:
             self._send_counted(envelopes, admit=True)
             ids.append(envelopes[0][MESSAGE_ID])
         return ids
+
+    def _publish_chunks(self, envelopes: list[Envelope]) -> list[str]:
+        """Fan ``envelopes`` out in chunks of at most ``balanced_capacity``; with
+        ``max_pending``, each chunk is as many as there are free slots (waiting for one).
+
+        A batch is admitted chunk by chunk, not message by message: the same bound, one
+        reservation and one group mailbox message per chunk instead of per message.
+        """
+        max_pending, size = self._settings.max_pending, self._settings.balanced_capacity
+        start = 0
+        while start < len(envelopes):
+            count = min(size, len(envelopes) - start)
+            if max_pending is not None:
+                count = self._ledger.take_slots(count, max_pending)
+            chunk = envelopes[start:start + count]
+            self._ledger.count("published", count)
+            try:
+                self.fan_out(chunk, None, max_pending is not None, None)
+            except (WouldBlock, TopicClosedError):
+                self._ledger.count("published", -count)  # refused whole: never entered
+                raise
+            start += count
+        return [e[MESSAGE_ID] for e in envelopes]
 
     def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
         """Count ``envelopes`` as published and fan them out (taking a ``max_pending``

@@ -95,6 +95,22 @@ class Ledger:
                 raise TopicClosedError(self._topic)
             self.pending += 1
 
+    def take_slots(self, count: int, max_pending: int) -> int:
+        """Wait until fewer than ``max_pending`` messages are pending, then take up to
+        ``count`` slots (as many as are free); returns how many. No time bound.
+
+        Raises:
+            TopicClosedError: the topic closed (also while waiting).
+        """
+        with self._changed:
+            while not self.closed and self.pending >= max_pending:
+                self._changed.wait()
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            taken = min(count, max_pending - self.pending)
+            self.pending += taken
+            return taken
+
     def release_slots(self, count: int) -> None:
         """Give back slots taken by `take_slot` for messages that were not published."""
         with self._changed:
