@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked
 from runtime.core.subscribers._group import Credit
 from runtime.core.subscribers._member import Handler, run_handler
@@ -57,45 +57,58 @@ class WorkBatch:
 
     Item ``i`` is the delivery with index ``i``; the columns hold the envelopes' fields
     (``stamps[i]`` is None when ``payloads[i]`` is the published object itself, else
-    the message came through a Publisher and ``payloads[i]`` is its data).
+    the message came through a Publisher and ``payloads[i]`` is its data). A column
+    whose items are all alike travels as one value: ``keys`` None (no keys),
+    ``attributes`` None (all empty), ``attempts`` None (all first attempts), ``stamps``
+    one float or None; most hand-overs are like that, and it halves what is pickled.
     """
 
     subscriber_id: int
     group: str
     topic: str
-    ids: list[str]
-    payloads: list[Any]
-    keys: list[str | None]
-    attributes: list[dict[str, str]]
-    stamps: list[float | None]
-    attempts: list[int]
+    ids: Sequence[str]
+    payloads: Sequence[Any]
+    keys: Sequence[str | None] | None
+    attributes: Sequence[dict[str, str]] | None
+    stamps: Sequence[float | None] | float | None
+    attempts: Sequence[int] | None
     ack_timeout: float | None = None
 
     @classmethod
     def of(cls, subscriber_id: int, group: str, topic: str,
            deliveries: list[Delivery[Any]], ack_timeout: float | None = None) -> WorkBatch:
         """The columns of ``deliveries`` (in index order)."""
-        envelopes = [d._envelope for d in deliveries]
+        _, ids, payloads, keys, attributes, _, stamps = zip(
+            *[d._envelope for d in deliveries], strict=True,
+        )
+        attempts = [d._attempt for d in deliveries]
+        count = len(deliveries)
+        first_stamp = stamps[0]
         return cls(
-            subscriber_id, group, topic,
-            [e[MESSAGE_ID] for e in envelopes],
-            [e[PAYLOAD] for e in envelopes],
-            [e[KEY] for e in envelopes],
-            [e[ATTRIBUTES] for e in envelopes],
-            [e[STAMP_TIME] for e in envelopes],
-            [d._attempt for d in deliveries],
+            subscriber_id, group, topic, ids, payloads,
+            None if keys.count(None) == count else keys,
+            None if attributes.count({}) == count else attributes,
+            first_stamp if stamps.count(first_stamp) == count else stamps,
+            None if attempts.count(1) == count else attempts,
             ack_timeout,
         )
 
     def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
         """Rebuild the deliveries on the worker's side, all pending on ``handover``."""
-        topic = self.topic
+        topic, count = self.topic, len(self.ids)
+        keys = repeat(None, count) if self.keys is None else self.keys
+        attributes = (
+            ({} for _ in range(count)) if self.attributes is None else self.attributes
+        )
+        stamps: Iterable[float | None] = (
+            repeat(self.stamps, count) if self.stamps is None or isinstance(self.stamps, float)
+            else self.stamps
+        )
+        attempts = repeat(1, count) if self.attempts is None else self.attempts
         out: list[Delivery[Any]] = [
-            Delivery((0, message_id, payload, key, attributes, topic, stamp), handover, index,
-                     attempt)
-            for index, (message_id, payload, key, attributes, stamp, attempt) in enumerate(zip(
-                self.ids, self.payloads, self.keys, self.attributes, self.stamps, self.attempts,
-                strict=True,
+            Delivery((0, message_id, payload, key, attrs, topic, stamp), handover, index, attempt)
+            for index, (message_id, payload, key, attrs, stamp, attempt) in enumerate(zip(
+                self.ids, self.payloads, keys, attributes, stamps, attempts, strict=True,
             ))
         ]
         handover.pending = dict(enumerate(out))
