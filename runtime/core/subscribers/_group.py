@@ -18,6 +18,9 @@ __all__ = ["Credit", "End", "Endpoint", "GroupActor", "Join", "Leave", "Requeue"
 
 logger = logging.getLogger(__name__)
 
+# Mailbox messages a group handles at most before it dispatches, even while more wait.
+_MAX_DEFERRED = 16
+
 
 class Endpoint(Protocol):
     """A member as the group sees it: it takes batches within a credit window.
@@ -112,6 +115,7 @@ class GroupActor(Actor):
         self._inflight: dict[int, int] = {}  # hand-overs handed over, not credited back
         self._ended: str | None = None
         self._turn = 0  # rotates who goes first among equally loaded members
+        self._deferred = 0  # mail handled since the last dispatch
 
     def on_receive(self, message: Any) -> Any:
         """Handle one mailbox message (a list of envelopes is a fan-out chunk)."""
@@ -130,6 +134,13 @@ class GroupActor(Actor):
         elif isinstance(message, End):
             self._end(message.reason)
             return None
+        if self._deferred < _MAX_DEFERRED and not self.actor_inbox.empty():
+            # More mail is waiting (chunks, credit): let it accumulate and dispatch after
+            # it, in fewer, larger hand-overs. The last message of a burst always
+            # dispatches, so nothing waits once the mailbox is empty.
+            self._deferred += 1
+            return None
+        self._deferred = 0
         self._dispatch()
         return None
 

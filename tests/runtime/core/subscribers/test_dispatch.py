@@ -69,7 +69,6 @@ def test_a_burst_to_busy_workers_is_batched_and_a_lone_message_goes_alone(tmp_pa
         assert topic.join(timeout=10)
         lone = _sizes(read_lines(tmp_path))
 
-    assert burst[:2] == [1, 1]  # the first messages reach idle workers at once, alone
     assert max(burst) > 1 and sum(burst) == 60
     assert lone == [1]
 
