@@ -19,10 +19,11 @@ from typing import Any
 from runtime.core._envelope import SEQ, Envelope
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
+from runtime.core.settlement._admission import Admission
 from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
 from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
-from runtime.errors import TopicClosedError, WouldBlock
+from runtime.errors import TopicClosedError
 
 __all__ = ["Ledger"]
 
@@ -32,7 +33,7 @@ _RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
 Effect = Callable[[], Any]
 
 
-class Ledger:
+class Ledger(Admission):
     """Books of one topic. Thread-safe.
 
     Args:
@@ -75,47 +76,6 @@ class Ledger:
         """Add ``amount`` to counter ``name`` (``published`` or ``throttled``)."""
         with self._lock:
             setattr(self._counters, name, getattr(self._counters, name) + amount)
-
-    def take_slot(self, max_pending: int, deadline: float | None) -> None:
-        """Wait until fewer than ``max_pending`` messages are pending, then take a slot.
-
-        Blocks until ``deadline`` (``time.monotonic()`` based; None: no bound).
-
-        Raises:
-            TopicClosedError: the topic closed (also while waiting).
-            WouldBlock: the deadline passed first.
-        """
-        with self._changed:
-            while not self.closed and self.pending >= max_pending:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise WouldBlock(f"topic {self._topic!r} has {max_pending} pending messages")
-                self._changed.wait(remaining)
-            if self.closed:
-                raise TopicClosedError(self._topic)
-            self.pending += 1
-
-    def take_slots(self, count: int, max_pending: int) -> int:
-        """Wait until fewer than ``max_pending`` messages are pending, then take up to
-        ``count`` slots (as many as are free); returns how many. No time bound.
-
-        Raises:
-            TopicClosedError: the topic closed (also while waiting).
-        """
-        with self._changed:
-            while not self.closed and self.pending >= max_pending:
-                self._changed.wait()
-            if self.closed:
-                raise TopicClosedError(self._topic)
-            taken = min(count, max_pending - self.pending)
-            self.pending += taken
-            return taken
-
-    def release_slots(self, count: int) -> None:
-        """Give back slots taken by `take_slot` for messages that were not published."""
-        with self._changed:
-            self.pending -= count
-            self._changed.notify_all()
 
     def reserve(
         self, envelopes: list[Envelope], destinations: int,
