@@ -160,7 +160,8 @@ class GroupActor(Actor):
             targets = [members[hash(e[KEY]) % len(members)].key for e in keyed]
         except Exception as exc:  # a key that slipped past the boundary's check
             logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
-            self._settle([(e, 1) for e in envelopes], "error", f"unhashable key: {exc}")
+            # "dropped", not "error": a retry would meet the same key (and loop).
+            self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
             return
         self._queue.extend(e for e in envelopes if e[KEY] is None)
         buckets = self._buckets

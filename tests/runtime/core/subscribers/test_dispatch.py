@@ -153,3 +153,61 @@ def test_a_bad_prefetch_is_refused(prefetch: Any) -> None:
 
         with pytest.raises(InvalidSettingsError, match="prefetch"):
             topic.subscribe(lambda d: d.ack(), group="g", prefetch=prefetch)
+
+
+class _Recorder:
+    """A group endpoint that records what it is handed (unit tests of the group actor)."""
+
+    handovers = None
+
+    def __init__(self, key: int, window: int = 32) -> None:
+        self.key = self.subscriber_id = key
+        self.window = window
+        self.got: list[list[Any]] = []
+
+    def push(self, handover: Any, deliveries: list[Any]) -> None:
+        self.got.append([d.message for d in deliveries])
+
+    def prefers_whole(self, count: int) -> bool:
+        return False
+
+    def cap(self) -> int:
+        return self.window
+
+
+def _bare_group(*members: _Recorder) -> tuple[Any, Any]:
+    from runtime.core.settlement._dead_letters import DeadLetterQueue
+    from runtime.core.settlement._ledger import Ledger
+    from runtime.core.subscribers._gate import Gate
+    from runtime.core.subscribers._group import GroupActor, Join
+
+    letters = DeadLetterQueue()
+    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters)
+    group = GroupActor("t", "g", Gate(1000), ledger, tracker=None)  # type: ignore[arg-type]
+    for member in members:
+        group.on_receive(Join(member))
+    return group, letters
+
+
+def test_a_chunk_with_an_unhashable_key_is_dead_lettered_whole_and_the_group_serves_on() -> None:
+    first, second = _Recorder(1), _Recorder(2)
+    group, letters = _bare_group(first, second)
+    bad = [(1, "1", "a", None, {}, "t", None), (2, "2", "b", ["x"], {}, "t", None)]  # type: ignore[list-item]
+
+    group.on_receive(bad)
+    group.on_receive([(3, "3", "c", "k", {}, "t", None)])
+
+    assert [(d.message_id, d.reason) for d in letters] == [("1", "dropped"), ("2", "dropped")]
+    assert all("unhashable" in (d.error or "") for d in letters)
+    assert first.got + second.got == [["c"]]
+
+
+def test_equal_loads_take_turns_and_the_least_loaded_member_goes_first() -> None:
+    first, second = _Recorder(1), _Recorder(2)
+    group, _ = _bare_group(first, second)
+
+    for n in range(4):
+        group.on_receive([(n, str(n), n, None, {}, "t", None)])
+
+    assert sorted([*first.got, *second.got]) == [[0], [1], [2], [3]]
+    assert len(first.got) == len(second.got) == 2
