@@ -6,6 +6,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from actors import ActorSystem, Pool, Ref
@@ -157,7 +158,7 @@ class Subscribers:
                 seat = Seat(next(self._keys), sid)
                 endpoint = ProcessEndpoint(
                     seat.key, sid, worker, handle.ref, self._tracker, prefetch,
-                    self._settings.ack_timeout, self._ledger.renew,
+                    self._settings.ack_timeout, partial(self._ledger.renew, force=True),
                 )
                 handle.ref.ask(Join(endpoint), timeout=_ASK_TIMEOUT).result(_ASK_TIMEOUT)
                 seats.append(seat)

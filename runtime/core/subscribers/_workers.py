@@ -51,7 +51,7 @@ class ProcessEndpoint:
         tracker: the tracker actor (settlements go there).
         prefetch: deliveries it may hold unsettled (None: two full hand-overs).
         ack_timeout: the topic's ack timeout (bounds a hand-over's expected run time).
-        renew: extends a hand-over's ack deadline (when the worker starts on it).
+        renew: restarts a hand-over's ack deadline from now (the worker starts on it).
     """
 
     handovers: int | None = PROCESS_HANDOVERS
