@@ -62,7 +62,7 @@ def test_a_bad_ordering_key_is_refused_by_the_publisher_and_the_batch_path() -> 
 
 # -- 2. ack deadlines start when a handler can see the delivery -------------------------------------
 
-@pytest.mark.parametrize("prefetch", [None, 100])
+@pytest.mark.parametrize("prefetch", [None, 150])
 def test_a_backlog_behind_a_slow_handler_is_not_expired_unseen(prefetch: int | None) -> None:
     seen: list[int] = []
 
@@ -72,7 +72,7 @@ def test_a_backlog_behind_a_slow_handler_is_not_expired_unseen(prefetch: int | N
         delivery.ack()
 
     with Bus() as bus:
-        topic = bus.create_topic("t", ack_timeout=1.0, balanced_capacity=1000)
+        topic = bus.create_topic("t", ack_timeout=2.0, balanced_capacity=1000)
         topic.create_group("g")
         for n in range(150):
             topic.publish(n)

@@ -88,7 +88,7 @@ def _stuck_member(topic: Any, release: threading.Event, prefetch: int | None) ->
 def _publishes_until_blocked(topic: Any, limit: int) -> tuple[int, WouldBlock | None]:
     for n in range(limit):
         try:
-            topic.publish(n, timeout=0.5)
+            topic.publish(n, timeout=2.0)
         except WouldBlock as exc:
             return n, exc
     return limit, None
