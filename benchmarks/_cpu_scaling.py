@@ -6,29 +6,40 @@ one or two shared cores the speedup is near 1 or 2 at best; that is expected. Th
 row ``cpu_scaling/raw`` compares the pool of every core with the same number of raw
 processes that are told only how many tasks to run (no per-task messages): the
 practical limit of this machine.
+
+``fanout_cpu`` publishes messages one at a time (``topic.publish``) to a ``workers=2``
+group whose handler spins about 200 us per message, and compares its speedup over the
+same work run serially with the best speedup of the standard library's pools in their
+best configuration (fork ``ProcessPoolExecutor(2).map`` and ``mp.Pool(2).imap_unordered``,
+given every message at once, chunks of 25), all in the same rounds.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import time
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
 from actors import Actor, ActorSystem, Pool
+from runtime import Bus, Delivery, Topic
 
 from ._harness import Comparison, Profile, Scenario
-from ._measure import interleave, per_second
+from ._measure import interleave, payloads, per_second
 from ._raw_pipe import PROTOCOL, raw_process
 
-__all__ = ["SCENARIOS", "spin", "spin_child"]
+__all__ = ["FANOUT_SCENARIOS", "SCENARIOS", "spin", "spin_child", "spin_delivery", "spin_message"]
 
 _TIMEOUT = 120.0
 _TASK_SECONDS = 0.002
 _CALIBRATION_ITERATIONS = 50_000
+_FANOUT_SECONDS = 200e-6
+_FANOUT_CHUNK = 25
 
 
 def spin(iterations: int) -> int:
@@ -58,14 +69,24 @@ class Burner(Actor):
         return spin(int(message))
 
 
-def _iterations_per_task() -> int:
-    """How many `spin` steps take about 2 ms here (best of three)."""
+def spin_message(iterations: int, message: bytes) -> int:
+    """The stdlib pools' and the serial side's work on one message."""
+    return spin(iterations) + len(message)
+
+
+def spin_delivery(iterations: int, delivery: Delivery[Any]) -> None:
+    """The workers' handler: the same work (``auto_ack`` acks on return)."""
+    spin(iterations)
+
+
+def _iterations_per_task(seconds: float = _TASK_SECONDS) -> int:
+    """How many `spin` steps take about ``seconds`` here (best of three)."""
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
         spin(_CALIBRATION_ITERATIONS)
         best = min(best, time.perf_counter() - start)
-    return max(1, int(_CALIBRATION_ITERATIONS * _TASK_SECONDS / best))
+    return max(1, int(_CALIBRATION_ITERATIONS * seconds / best))
 
 
 def _run_tasks(pool: Pool, tasks: int, iterations: int) -> None:
@@ -104,6 +125,59 @@ def measure_scaling(profile: Profile) -> tuple[Comparison, ...]:
                    baseline=f"{workers} raw processes, no per-task messages"),
     )
 
+
+def _serial(messages: list[bytes], iterations: int) -> None:
+    for message in messages:
+        spin_message(iterations, message)
+
+
+def _publish_each(topic: Topic[Any], messages: list[bytes]) -> None:
+    publish = topic.publish
+    for message in messages:
+        publish(message)
+    if not topic.join(_TIMEOUT):
+        raise RuntimeError("fanout_cpu: messages still pending")
+
+
+def _seconds(work: Any) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def measure_fanout_cpu(profile: Profile) -> Comparison:
+    """Speedup over serial: topic.publish one at a time to 2 workers vs the best stdlib pool."""
+    messages = payloads(profile.count(2_000, minimum=40))
+    iterations = _iterations_per_task(_FANOUT_SECONDS)
+    work = partial(spin_message, iterations)
+    context = multiprocessing.get_context("fork")
+    with ExitStack() as stack:  # fork every baseline child before the bus starts threads
+        executor = stack.enter_context(ProcessPoolExecutor(2, mp_context=context))
+        list(executor.map(work, messages[:2]))
+        pool = context.Pool(2)
+        stack.callback(pool.join)
+        stack.callback(pool.close)
+        bus = stack.enter_context(Bus())
+        topic = bus.create_topic("bench-fanout-cpu")
+        topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2, auto_ack=True)
+        medians = interleave({
+            "serial": lambda: _seconds(partial(_serial, messages, iterations)),
+            "ours": lambda: _seconds(partial(_publish_each, topic, messages)),
+            "executor": lambda: _seconds(lambda: list(
+                executor.map(work, messages, chunksize=_FANOUT_CHUNK))),
+            "pool": lambda: _seconds(lambda: list(
+                pool.imap_unordered(work, messages, chunksize=_FANOUT_CHUNK))),
+        }, repeats=profile.repeats)
+    best = min(medians["executor"], medians["pool"])
+    return Comparison(value=medians["serial"] / medians["ours"],
+                      baseline_value=medians["serial"] / best)
+
+
+FANOUT_SCENARIOS = (
+    Scenario(name="fanout_cpu", unit="x",
+             baseline="best speedup of fork ProcessPoolExecutor/mp.Pool(2), ~200 us handler",
+             target=0.95, measure=measure_fanout_cpu),
+)
 
 SCENARIOS = (
     Scenario(name="cpu_scaling", unit="tasks/s",

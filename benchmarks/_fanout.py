@@ -20,8 +20,8 @@ import pykka
 from runtime import Bus, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
-from ._measure import interleave, seconds_per
-from ._pipeline import PAYLOAD, TIMEOUT, acknowledge, run_pipeline
+from ._measure import interleave, payloads, seconds_per
+from ._pipeline import TIMEOUT, acknowledge, run_pipeline
 from ._thread_actors import PykkaCounter
 
 __all__ = ["SCENARIOS"]
@@ -50,17 +50,17 @@ def _pykka_counters() -> Iterator[list[pykka.ActorRef[PykkaCounter]]]:
         yield refs
 
 
-def _run_ours(topic: Topic[Any], publisher: Publisher, count: int) -> None:
-    run_pipeline(topic, publisher, count)
+def _run_ours(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
+    run_pipeline(topic, publisher, messages)
     if topic.stats().lagged:
         raise RuntimeError("a broadcast subscriber lagged: deliveries were dropped")
 
 
-def _run_pykka(refs: list[pykka.ActorRef[PykkaCounter]], count: int) -> None:
+def _run_pykka(refs: list[pykka.ActorRef[PykkaCounter]], messages: list[bytes]) -> None:
     tells = [ref.tell for ref in refs]
-    for _ in range(count):
+    for message in messages:
         for tell in tells:
-            tell(PAYLOAD)
+            tell(message)
     for ref in refs:
         ref.ask(None, block=False).get(timeout=TIMEOUT)
 
@@ -69,10 +69,11 @@ def measure_fanout(profile: Profile) -> Comparison:
     """Microseconds per delivery: 8 broadcast subscribers vs 8 pykka actors."""
     count = profile.count(20_000, minimum=200)
     deliveries = count * _SUBSCRIBERS
+    messages = payloads(count)
     with _pykka_counters() as refs, _fanout_topic() as (topic, publisher):
         medians = interleave({
-            "ours": lambda: seconds_per(deliveries, partial(_run_ours, topic, publisher, count)),
-            "pykka": lambda: seconds_per(deliveries, partial(_run_pykka, refs, count)),
+            "ours": lambda: seconds_per(deliveries, partial(_run_ours, topic, publisher, messages)),
+            "pykka": lambda: seconds_per(deliveries, partial(_run_pykka, refs, messages)),
         }, repeats=profile.repeats)
     return Comparison(value=medians["ours"] * 1e6, baseline_value=medians["pykka"] * 1e6)
 

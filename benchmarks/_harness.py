@@ -23,8 +23,12 @@ The families and their modules:
 - ``_pipeline``: ``pipeline_inproc``, Publisher -> topic -> one acking thread member vs
   pykka ``tell`` (target 0.5); extra row vs a hand-written loop (the limit).
 - ``_pipeline_pool``: ``pipeline_pool``, the same into a ``workers=2`` group vs fork
-  ``multiprocessing.Pool`` and ``ProcessPoolExecutor`` (target 1.0 against both); extra
-  row vs a batched fork ``multiprocessing.Queue`` (the limit).
+  ``ProcessPoolExecutor.map`` (target 1.0), ``multiprocessing.Pool``, our own
+  ``ActorSystem.pool`` asked per 100 (the kernel ceiling), a batched fork
+  ``multiprocessing.Queue`` (the limit); ``/max_pending`` and ``/ordered_fc`` against the
+  plain path (0.8), ``/publish1`` (``topic.publish`` one at a time) vs ``submit`` (3.0).
+- ``_cpu_scaling`` also holds ``fanout_cpu``: a ~200 us handler, one-at-a-time publish to
+  ``workers=2``, its speedup over serial vs the best stdlib pool's (target 0.95).
 - ``_fanout``: ``broadcast_fanout``, 8 broadcast subscribers, cost per delivery.
 - ``_publisher_batching``: ``batching``, default batching vs ``max_messages=1`` (target 10).
 - ``_latency``: ``latency`` (p50) and ``latency/p99`` with ``max_latency=0.001``, as

@@ -16,7 +16,8 @@ from typing import Any
 from runtime import BatchSettings, Bus, Delivery
 
 from ._harness import Comparison, Profile, Scenario
-from ._pipeline import PAYLOAD, TIMEOUT
+from ._measure import payloads
+from ._pipeline import TIMEOUT
 
 __all__ = ["SCENARIOS", "Stopwatch"]
 
@@ -53,13 +54,14 @@ def _samples(count: int) -> list[float]:
     """``count`` publish -> handler latencies in milliseconds (after the warm-up)."""
     stopwatch = Stopwatch()
     samples: list[float] = []
+    messages = payloads(_WARMUP + count)
     with Bus() as bus:
         topic = bus.create_topic("bench-latency")
         topic.subscribe(stopwatch, group="members")
         publisher = topic.publisher(batching=BatchSettings(max_latency=0.001))
-        for index in range(_WARMUP + count):
+        for index, message in enumerate(messages):
             started = time.perf_counter()
-            publisher.publish(PAYLOAD)
+            publisher.publish(message)
             arrived = stopwatch.wait()
             if index >= _WARMUP:
                 samples.append((arrived - started) * 1e3)

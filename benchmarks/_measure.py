@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 
-__all__ = ["Round", "interleave", "per_second", "seconds_per"]
+__all__ = ["Round", "interleave", "payloads", "per_second", "seconds_per"]
 
 Round = Callable[[], float]
 """One measured round of one side: runs the work and returns its figure (a rate or a time)."""
@@ -42,6 +42,17 @@ def interleave(sides: Mapping[str, Round], *, repeats: int, warmup: int = 1) -> 
             if round_index >= warmup:
                 figures[name].append(figure)
     return {name: statistics.median(values) for name, values in figures.items()}
+
+
+def payloads(count: int, size: int = 100) -> list[bytes]:
+    """``count`` distinct messages of ``size`` bytes (at least 12), built before timing.
+
+    Every message is its own object with its own content: pickle sends a list holding
+    one object many times as that object once plus back-references, which made every
+    transport look several times faster than it is.
+    """
+    fill = b"x" * max(0, size - 12)
+    return [b"%012d" % number + fill for number in range(count)]
 
 
 def _run_round(run: Round) -> float:

@@ -24,13 +24,10 @@ import pykka
 from runtime import Bus, Delivery, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
-from ._measure import interleave, per_second
+from ._measure import interleave, payloads, per_second
 from ._thread_actors import PykkaCounter
 
-__all__ = ["PAYLOAD", "SCENARIOS", "HandLoop", "acking_pipeline", "acknowledge", "run_pipeline"]
-
-PAYLOAD = b"x" * 16
-"""The message of the throughput scenarios (every side sends this same object)."""
+__all__ = ["SCENARIOS", "HandLoop", "acking_pipeline", "acknowledge", "run_pipeline"]
 
 TIMEOUT = 120.0
 
@@ -52,18 +49,18 @@ def acking_pipeline(name: str, **publisher_options: Any) -> Iterator[tuple[Topic
         yield topic, topic.publisher(**publisher_options)
 
 
-def run_pipeline(topic: Topic[Any], publisher: Publisher, count: int) -> None:
-    """Publish ``count`` messages, flush, wait until all are settled; check all were acked.
+def run_pipeline(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
+    """Publish ``messages``, flush, wait until all are settled; check all were acked.
 
     Raises:
         RuntimeError: a message was not delivered and acked, or the wait timed out.
     """
     publish = publisher.publish
     before = topic.stats().delivered
-    for _ in range(count):
-        publish(PAYLOAD)
+    for message in messages:
+        publish(message)
     publisher.flush(TIMEOUT)
-    settle(topic, before, count)
+    settle(topic, before, len(messages))
 
 
 def settle(topic: Topic[Any], before: int, count: int) -> None:
@@ -113,36 +110,37 @@ class HandLoop:
         self.acked += 1
 
 
-def _run_loop(count: int) -> None:
+def _run_loop(messages: list[bytes]) -> None:
     loop = HandLoop(lambda handover: handover.ack())
     publish = loop.publish
-    for _ in range(count):
-        publish(PAYLOAD)
-    if loop.acked != count or loop.pending:
-        raise RuntimeError(f"the hand-written loop acked {loop.acked} of {count}")
+    for message in messages:
+        publish(message)
+    if loop.acked != len(messages) or loop.pending:
+        raise RuntimeError(f"the hand-written loop acked {loop.acked} of {len(messages)}")
 
 
-def tell_pykka(ref: pykka.ActorRef[PykkaCounter], count: int) -> None:
-    """``count`` tells of `PAYLOAD` to a pykka counter, then one ask that waits for the drain."""
+def tell_pykka(ref: pykka.ActorRef[PykkaCounter], messages: list[bytes]) -> None:
+    """A tell of each message to a pykka counter, then one ask that waits for the drain."""
     tell = ref.tell
     before = ref.ask(None, block=False).get(timeout=TIMEOUT)
-    for _ in range(count):
-        tell(PAYLOAD)
+    for message in messages:
+        tell(message)
     after = ref.ask(None, block=False).get(timeout=TIMEOUT)
-    if after - before != count + 1:
-        raise RuntimeError(f"the pykka actor handled {after - before - 1} of {count}")
+    if after - before != len(messages) + 1:
+        raise RuntimeError(f"the pykka actor handled {after - before - 1} of {len(messages)}")
 
 
 def measure_inproc(profile: Profile) -> tuple[Comparison, ...]:
     """Messages per second through the tracked pipeline vs pykka tells vs the hand loop."""
     count = profile.count(100_000, minimum=500)
+    messages = payloads(count)
     theirs = PykkaCounter.start()
     try:
         with acking_pipeline("bench-pipeline") as (topic, publisher):
             medians = interleave({
-                "ours": lambda: per_second(count, partial(run_pipeline, topic, publisher, count)),
-                "pykka": lambda: per_second(count, partial(tell_pykka, theirs, count)),
-                "loop": lambda: per_second(count, partial(_run_loop, count)),
+                "ours": lambda: per_second(count, partial(run_pipeline, topic, publisher, messages)),
+                "pykka": lambda: per_second(count, partial(tell_pykka, theirs, messages)),
+                "loop": lambda: per_second(count, partial(_run_loop, messages)),
             }, repeats=profile.repeats)
     finally:
         theirs.stop(timeout=TIMEOUT)

@@ -3,22 +3,28 @@
 The candidate is `benchmarks._pipeline`'s pipeline with the member replaced by two
 worker processes (``subscribe(ignore, group=..., workers=2, auto_ack=True)``; the bus
 starts them with forkserver). The baselines are what a user would otherwise write, each
-in its best configuration: ``multiprocessing.Pool(2).imap_unordered(chunksize=100)``
-and ``ProcessPoolExecutor(2).map(chunksize=100)``, both with the **fork** start method
-(on CPython 3.11 a forkserver Pool is about 70x slower on tiny messages: its result
-thread spins), and, as the practical limit (extra row ``pipeline_pool/queue``), two fork
-processes fed lists of 100 through a ``multiprocessing.Queue`` that answer each list
-with its length.
+in its best configuration: ``ProcessPoolExecutor(2).map(chunksize=100)`` (the main row)
+and ``multiprocessing.Pool(2).imap_unordered(chunksize=100)``, both with the **fork**
+start method (on CPython 3.11 a forkserver Pool is about 70x slower on tiny messages:
+its result thread spins); our own kernel, an ``ActorSystem.pool`` of two process actors
+asked once per list of 100 (``/kernel``, untracked: the ceiling of the tracked path); and,
+as the practical limit (``/queue``), two fork processes fed lists of 100 through a
+``multiprocessing.Queue`` that answer each list with its length.
 
-Every side hands the same 16-byte message to the same trivial function. The fork
-children are started before the bus starts its threads.
+Rows against the plain path, in the same rounds: ``/max_pending`` (a topic with
+``max_pending=100000``, never reached) and ``/ordered_fc`` (``message_ordering`` with 16
+keys under ``FlowControl(max_outstanding_messages=1000)``). ``/publish1`` publishes with
+``topic.publish`` one message at a time against ``ProcessPoolExecutor.submit`` per message.
+
+Every side sends distinct 100-byte messages (`benchmarks._measure.payloads`) to a trivial
+function. The fork children are started before the bus starts its threads.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from multiprocessing.context import BaseContext
@@ -26,16 +32,19 @@ from multiprocessing.pool import Pool
 from multiprocessing.queues import Queue
 from typing import Any
 
-from runtime import Bus, Delivery, Publisher, Topic
+from actors import Actor
+from actors import Pool as ActorPool
+from runtime import Bus, Delivery, FlowControl, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
-from ._measure import interleave, per_second
-from ._pipeline import PAYLOAD, TIMEOUT, run_pipeline
+from ._measure import interleave, payloads, per_second
+from ._pipeline import TIMEOUT, run_pipeline
 
-__all__ = ["SCENARIOS", "ignore", "queue_worker", "touch"]
+__all__ = ["SCENARIOS", "BatchCounter", "ignore", "queue_worker", "touch"]
 
 _WORKERS = 2
 _CHUNK = 100
+_KEYS = 16
 
 
 def touch(message: bytes) -> None:
@@ -44,6 +53,15 @@ def touch(message: bytes) -> None:
 
 def ignore(delivery: Delivery[Any]) -> None:
     """The workers' handler: nothing (``auto_ack`` acks on return)."""
+
+
+class BatchCounter(Actor):
+    """Our kernel's side: handles each message of a list, answers with its length."""
+
+    def on_receive(self, message: Any) -> int:
+        for item in message:
+            touch(item)
+        return len(message)
 
 
 def queue_worker(inbox: Queue[list[bytes] | None], outbox: Queue[int]) -> None:
@@ -72,13 +90,13 @@ class _QueueWorkers:
         for process in self._processes:
             process.start()
 
-    def run(self, count: int) -> None:
-        """Send ``count`` messages as lists of 100 and wait until every list was handled."""
+    def run(self, messages: list[bytes]) -> None:
+        """Send ``messages`` as lists of 100 and wait until every list was handled."""
         put = self._inbox.put
-        for start in range(0, count, _CHUNK):
-            put([PAYLOAD] * min(_CHUNK, count - start))
+        for start in range(0, len(messages), _CHUNK):
+            put(messages[start:start + _CHUNK])
         done = 0
-        while done < count:
+        while done < len(messages):
             done += self._outbox.get(timeout=TIMEOUT)
 
     def close(self) -> None:
@@ -103,22 +121,55 @@ def _fork_baselines() -> Iterator[tuple[Pool, ProcessPoolExecutor, _QueueWorkers
         queue = _QueueWorkers(context, _WORKERS)
         stack.callback(queue.close)
         executor = stack.enter_context(ProcessPoolExecutor(_WORKERS, mp_context=context))
-        list(executor.map(touch, [PAYLOAD] * _WORKERS))  # forks every worker now
+        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker now
         pool = context.Pool(_WORKERS)
         stack.callback(pool.join)
         stack.callback(pool.close)
         yield pool, executor, queue
 
 
-def _run_pool(pool: Pool, count: int) -> None:
-    handled = sum(1 for _ in pool.imap_unordered(touch, [PAYLOAD] * count, chunksize=_CHUNK))
-    _check(handled, count)
+def _run_pool(pool: Pool, messages: list[bytes]) -> None:
+    handled = sum(1 for _ in pool.imap_unordered(touch, messages, chunksize=_CHUNK))
+    _check(handled, len(messages))
 
 
-def _run_executor(executor: ProcessPoolExecutor, count: int) -> None:
-    handled = sum(1 for _ in executor.map(touch, [PAYLOAD] * count, chunksize=_CHUNK,
-                                          timeout=TIMEOUT))
-    _check(handled, count)
+def _run_executor(executor: ProcessPoolExecutor, messages: list[bytes]) -> None:
+    handled = sum(1 for _ in executor.map(touch, messages, chunksize=_CHUNK, timeout=TIMEOUT))
+    _check(handled, len(messages))
+
+
+def _submit_each(executor: ProcessPoolExecutor, messages: list[bytes]) -> None:
+    futures = [executor.submit(touch, message) for message in messages]
+    done, pending = wait(futures, timeout=TIMEOUT)
+    _check(len(done) - len(pending), len(messages))
+
+
+def _run_kernel(pool: ActorPool, messages: list[bytes]) -> None:
+    futures = [pool.ask(messages[start:start + _CHUNK], timeout=TIMEOUT)
+               for start in range(0, len(messages), _CHUNK)]
+    _check(sum(future.result(TIMEOUT) for future in futures), len(messages))
+
+
+def _publish_each(topic: Topic[Any], messages: list[bytes]) -> None:
+    before = topic.stats().delivered
+    publish = topic.publish
+    for message in messages:
+        publish(message)
+    if not topic.join(TIMEOUT):
+        raise RuntimeError(f"{topic.name}: still pending after {TIMEOUT} s")
+    _check(topic.stats().delivered - before, len(messages))
+
+
+def _run_ordered(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
+    before = topic.stats().delivered
+    publish = publisher.publish
+    keys = [f"key-{n}" for n in range(_KEYS)]
+    for index, message in enumerate(messages):
+        publish(message, ordering_key=keys[index % _KEYS])
+    publisher.flush(TIMEOUT)
+    if not topic.join(TIMEOUT):
+        raise RuntimeError(f"{topic.name}: still pending after {TIMEOUT} s")
+    _check(topic.stats().delivered - before, len(messages))
 
 
 def _check(handled: int, count: int) -> None:
@@ -126,35 +177,68 @@ def _check(handled: int, count: int) -> None:
         raise RuntimeError(f"the baseline handled {handled} of {count} messages")
 
 
+class _Ours:
+    """Our sides: the plain topic, one with ``max_pending``, an ordered Publisher, the kernel."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.topic = bus.create_topic("bench-pipeline-pool")
+        self.topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
+        self.publisher = self.topic.publisher()
+        self.ordered = self.topic.publisher(
+            message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000),
+        )
+        self.bounded = bus.create_topic("bench-pipeline-pool-bounded", max_pending=100_000)
+        self.bounded.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
+        self.bounded_publisher = self.bounded.publisher()
+        self.kernel = bus.system.pool(BatchCounter, size=_WORKERS, process=True)
+
+
 @contextmanager
-def _worker_pipeline() -> Iterator[tuple[Topic[Any], Publisher]]:
+def _ours() -> Iterator[_Ours]:
     with Bus() as bus:
-        topic = bus.create_topic("bench-pipeline-pool")
-        topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
-        yield topic, topic.publisher()
+        yield _Ours(bus)
+
+
+def _rate(messages: list[bytes], work: Any, *args: Any) -> Any:
+    return lambda: per_second(len(messages), partial(work, *args, messages))
 
 
 def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
-    """Messages per second into 2 worker processes vs fork Pool, fork executor, fork Queue."""
-    count = profile.count(100_000, minimum=1_000)
-    with _fork_baselines() as (pool, executor, queue), _worker_pipeline() as (topic, publisher):
+    """Messages per second into 2 worker processes vs the fork pools, our kernel, a Queue."""
+    messages = payloads(profile.count(100_000, minimum=1_000))
+    singles = payloads(profile.count(20_000, minimum=200))
+    with _fork_baselines() as (pool, executor, queue), _ours() as ours:
         medians = interleave({
-            "ours": lambda: per_second(count, partial(run_pipeline, topic, publisher, count)),
-            "pool": lambda: per_second(count, partial(_run_pool, pool, count)),
-            "executor": lambda: per_second(count, partial(_run_executor, executor, count)),
-            "queue": lambda: per_second(count, partial(queue.run, count)),
+            "ours": _rate(messages, run_pipeline, ours.topic, ours.publisher),
+            "bounded": _rate(messages, run_pipeline, ours.bounded, ours.bounded_publisher),
+            "ordered": _rate(messages, _run_ordered, ours.topic, ours.ordered),
+            "executor": _rate(messages, _run_executor, executor),
+            "pool": _rate(messages, _run_pool, pool),
+            "kernel": _rate(messages, _run_kernel, ours.kernel),
+            "queue": _rate(messages, queue.run),
+            "publish1": _rate(singles, _publish_each, ours.topic),
+            "submit1": _rate(singles, _submit_each, executor),
         }, repeats=profile.repeats)
+    ours_rate = medians["ours"]
     return (
-        Comparison(value=medians["ours"], baseline_value=medians["pool"]),
-        Comparison(value=medians["ours"], baseline_value=medians["executor"], suffix="executor",
-                   baseline="fork ProcessPoolExecutor(2).map(chunksize=100)", target=1.0),
-        Comparison(value=medians["ours"], baseline_value=medians["queue"], suffix="queue",
+        Comparison(value=ours_rate, baseline_value=medians["executor"]),
+        Comparison(value=ours_rate, baseline_value=medians["pool"], suffix="pool",
+                   baseline="fork mp.Pool(2).imap_unordered(chunksize=100)", target=1.0),
+        Comparison(value=ours_rate, baseline_value=medians["kernel"], suffix="kernel",
+                   baseline="our ActorSystem.pool(2), one ask per 100 (untracked)", target=0.5),
+        Comparison(value=ours_rate, baseline_value=medians["queue"], suffix="queue",
                    baseline="fork mp.Queue, 2 procs, lists of 100 (limit)"),
+        Comparison(value=medians["bounded"], baseline_value=ours_rate, suffix="max_pending",
+                   baseline="the plain path (max_pending=100000 never reached)", target=0.8),
+        Comparison(value=medians["ordered"], baseline_value=ours_rate, suffix="ordered_fc",
+                   baseline="the plain path (16 keys, FlowControl 1000 msgs)", target=0.8),
+        Comparison(value=medians["publish1"], baseline_value=medians["submit1"], suffix="publish1",
+                   baseline="fork ProcessPoolExecutor(2).submit per message", target=3.0),
     )
 
 
 SCENARIOS = (
     Scenario(name="pipeline_pool", unit="msg/s",
-             baseline="fork mp.Pool(2).imap_unordered(chunksize=100)",
+             baseline="fork ProcessPoolExecutor(2).map(chunksize=100)",
              target=1.0, measure=measure_pool),
 )

@@ -17,36 +17,37 @@ from typing import Any
 from runtime import BatchSettings, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
-from ._measure import interleave, per_second
-from ._pipeline import PAYLOAD, TIMEOUT, acking_pipeline, settle
+from ._measure import interleave, payloads, per_second
+from ._pipeline import TIMEOUT, acking_pipeline, settle
 
 __all__ = ["SCENARIOS"]
 
 UNBATCHED = BatchSettings(max_messages=1, max_bytes=1, max_latency=0)
 
 
-def _publish_and_flush(publisher: Publisher, count: int) -> None:
+def _publish_and_flush(publisher: Publisher, messages: list[bytes]) -> None:
     publish = publisher.publish
-    for _ in range(count):
-        publish(PAYLOAD)
+    for message in messages:
+        publish(message)
     publisher.flush(TIMEOUT)
 
 
-def _timed_round(topic: Topic[Any], publisher: Publisher, count: int) -> float:
+def _timed_round(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> float:
     before = topic.stats().delivered
-    rate = per_second(count, partial(_publish_and_flush, publisher, count))
-    settle(topic, before, count)
+    rate = per_second(len(messages), partial(_publish_and_flush, publisher, messages))
+    settle(topic, before, len(messages))
     return rate
 
 
 def measure_batching(profile: Profile) -> Comparison:
     """Messages per second published and confirmed: default batching vs one per batch."""
     count = profile.count(100_000, minimum=1_000)
+    messages = payloads(count)
     with acking_pipeline("bench-batched") as (batched_topic, batched), \
             acking_pipeline("bench-unbatched", batching=UNBATCHED) as (unbatched_topic, unbatched):
         medians = interleave({
-            "batched": partial(_timed_round, batched_topic, batched, count),
-            "unbatched": partial(_timed_round, unbatched_topic, unbatched, count // 10),
+            "batched": partial(_timed_round, batched_topic, batched, messages),
+            "unbatched": partial(_timed_round, unbatched_topic, unbatched, messages[:count // 10]),
         }, repeats=profile.repeats)
     return Comparison(value=medians["batched"], baseline_value=medians["unbatched"])
 

@@ -36,6 +36,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     *_cpu_scaling.SCENARIOS,
     *_pipeline.SCENARIOS,
     *_pipeline_pool.SCENARIOS,
+    *_cpu_scaling.FANOUT_SCENARIOS,
     *_fanout.SCENARIOS,
     *_publisher_batching.SCENARIOS,
     *_latency.SCENARIOS,

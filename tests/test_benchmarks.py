@@ -13,7 +13,7 @@ from benchmarks import _spark
 
 KERNEL_SCENARIOS = ("actor_tell", "actor_ask", "process_roundtrip", "process_batched",
                     "cpu_scaling")
-RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "broadcast_fanout", "batching",
+RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "fanout_cpu", "broadcast_fanout", "batching",
                      "latency", "memory_flow_control")
 SPARK_SCENARIOS = ("spark_source", "spark_sink")
 JSON_KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target"}
@@ -39,7 +39,9 @@ def test_smoke_run_gives_every_scenario_but_spark_a_number(
     main_rows = [row for row in rows if "/" not in row["name"]]
     assert [row["name"] for row in main_rows] == list(scenarios)
     assert {row["name"] for row in rows} >= {
-        "pipeline_inproc/limit", "pipeline_pool/executor", "pipeline_pool/queue", "latency/p99"}
+        "pipeline_inproc/limit", "pipeline_pool/pool", "pipeline_pool/kernel", "pipeline_pool/queue",
+        "pipeline_pool/max_pending", "pipeline_pool/ordered_fc", "pipeline_pool/publish1",
+        "latency/p99"}
     for row in rows:
         assert set(row) == JSON_KEYS, row
         assert isinstance(row["value"], float) and row["value"] > 0, row

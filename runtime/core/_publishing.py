@@ -19,7 +19,22 @@ from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
-__all__ = ["GroupHandle", "PartlyPublished", "PublishPath"]
+__all__ = ["GroupHandle", "PartlyPublished", "PublishPath", "check_keys"]
+
+_KEY_TYPES = frozenset({str, type(None)})
+
+
+def check_keys(keys: list[Any]) -> None:
+    """Refuse keys that are not a str or None (a group hashes them to pick a member).
+
+    Raises:
+        TypeError: naming the first bad key's type.
+    """
+    if set(map(type, keys)) <= _KEY_TYPES:
+        return
+    for key in keys:
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"a key must be a str or None, got {type(key).__qualname__}")
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
@@ -134,6 +149,8 @@ class PublishPath:
         timeout: float | None,
     ) -> PublishReport:
         """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
+        if key is not None and type(key) is not str:
+            check_keys([key])
         self.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ledger.count("published")
@@ -169,18 +186,15 @@ class PublishPath:
             PartlyPublished: the topic closed after accepting part of the batch (the
                 accepted prefix's ids and the refusal; the rest never entered it).
             TopicClosedError, MessageTypeError: nothing of the batch was accepted.
+            TypeError: a key is not a str or None (nothing of the batch is published).
         """
+        check_keys(keys)
         self.check_datas(datas)
         ids: list[str] = []
         try:
-            if self._settings.max_pending is None:
-                envelopes = self.envelopes(datas, attributes, keys)
-                # A chunk must fit both a group's queue and (for a blocking ring) the ring.
-                size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
-                for start in range(0, len(envelopes), size):
-                    chunk = envelopes[start:start + size]
-                    self._send_counted(chunk, admit=False)
-                    ids.extend(e[MESSAGE_ID] for e in chunk)
+            settings = self._settings
+            if settings.max_pending is None or not settings.throttle:
+                self._publish_chunks(self.envelopes(datas, attributes, keys), ids)
                 return ids
             for index in range(len(datas)):
                 envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
@@ -192,6 +206,31 @@ class PublishPath:
                 raise PartlyPublished(ids, exc) from exc
             raise
         return ids
+
+    def _publish_chunks(self, envelopes: list[Envelope], ids: list[str]) -> None:
+        """Fan ``envelopes`` out in chunks, appending each accepted chunk's ids to ``ids``.
+
+        A chunk fits both a group's queue and (for a blocking ring) the ring; with
+        ``max_pending``, it is as many as there are free slots (waiting for one). A batch
+        is admitted chunk by chunk, not message by message: the same bound, one reservation
+        and one group mailbox message per chunk instead of per message.
+        """
+        max_pending = self._settings.max_pending
+        size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
+        start = 0
+        while start < len(envelopes):
+            count = min(size, len(envelopes) - start)
+            if max_pending is not None:
+                count = self._ledger.take_slots(count, max_pending)
+            chunk = envelopes[start:start + count]
+            self._ledger.count("published", count)
+            try:
+                self.fan_out(chunk, None, max_pending is not None, None)
+            except (WouldBlock, TopicClosedError):
+                self._ledger.count("published", -count)  # refused whole: never entered
+                raise
+            ids.extend(e[MESSAGE_ID] for e in chunk)
+            start += count
 
     def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
         """Count ``envelopes`` as published and fan them out (taking a ``max_pending``

@@ -173,14 +173,18 @@ class Topic(Generic[T]):
 
     def subscribe(
         self, handler: Handler, *, group: str | None = None, workers: int = 0,
-        auto_ack: bool = False,
+        auto_ack: bool = False, prefetch: int | None = None,
     ) -> Subscription:
         """Attach ``handler(delivery)``: a broadcast subscriber, or a member of ``group``.
 
         With ``workers=N`` (needs a group) the handler runs in N worker processes.
+        ``prefetch`` (group members): how many deliveries the group may hand a member
+        before it settles them (None: up to 32 for a thread member; two hand-overs in
+        flight for a worker process, their size growing with the backlog).
 
         Raises:
             TopicClosedError: the topic is closed.
+            InvalidSettingsError: ``workers`` or ``prefetch`` is not valid.
         """
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
@@ -188,10 +192,14 @@ class Topic(Generic[T]):
             raise InvalidSettingsError("workers", f"must be an int >= 0, got {workers!r}")
         if workers and group is None:
             raise InvalidSettingsError("workers", "process workers need a group")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1
+        ):
+            raise InvalidSettingsError("prefetch", f"must be None or an int >= 1, got {prefetch!r}")
         self._check_open()
         if workers and group is not None:
-            return self._subscribers.subscribe_workers(handler, group, auto_ack, workers)
-        return self._subscribers.subscribe(handler, group, auto_ack)
+            return self._subscribers.subscribe_workers(handler, group, auto_ack, workers, prefetch)
+        return self._subscribers.subscribe(handler, group, auto_ack, prefetch)
 
     def subscription(self, *, group: str | None = None, prefetch: int = 1) -> PullSubscription[T]:
         """A pull subscription: a broadcast reader (``group=None``) or a group member.

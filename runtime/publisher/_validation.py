@@ -79,10 +79,17 @@ def checked_attributes(attributes: Mapping[str, str], size: int) -> tuple[dict[s
     return copy, size
 
 
+class OrderingKeyTypeError(PublishError, TypeError):
+    """An ordering key that is not a str: code 3, and a `TypeError` like every key
+    refused at a topic's boundary."""
+
+
 def checked_key(key: str) -> str | None:
     """The ordering key, None for ``""``; code 3 when not a str or over 1024 bytes."""
     if not isinstance(key, str):
-        raise PublishError("Ordering key must be a str", 3)
+        raise OrderingKeyTypeError(
+            f"Ordering key must be a str or None, got {type(key).__qualname__}", 3,
+        )
     if not key:
         return None
     if len(key) * 4 > MAX_ORDERING_KEY_BYTES and len(key.encode()) > MAX_ORDERING_KEY_BYTES:

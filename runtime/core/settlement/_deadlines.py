@@ -17,6 +17,8 @@ class Deadlines:
     Deadlines are registered with a monotonic clock and one fixed timeout, so they only
     grow: a FIFO is a priority queue here. A hand-over settled early stays in the FIFO
     until it reaches the head; the ledger's ``live`` map tells which ones still count.
+    A renewed hand-over gets a second, later entry; its first one is skipped at the head
+    because ``handover.deadline`` no longer matches it.
 
     Args:
         ack_timeout: seconds from hand-over to deadline (None: hand-overs have none).
@@ -44,6 +46,19 @@ class Deadlines:
         self._wake_at = when
         return when
 
+    def due(self, handover: HandOver) -> bool:
+        """True when a quarter of ``handover``'s deadline has run (time to renew it)."""
+        timeout = self._ack_timeout
+        return timeout is not None and handover.deadline - self._clock() < 0.75 * timeout
+
+    def extend(self, handover: HandOver) -> None:
+        """Move ``handover``'s deadline to ``ack_timeout`` from now (the timer stays armed
+        for its earlier entry, which comes first)."""
+        if self._ack_timeout is None:
+            return
+        handover.deadline = when = self._clock() + self._ack_timeout
+        self._queue.append((when, handover.id))
+
     def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:
         """Remove and return the live hand-overs whose deadline passed (the timer fired).
 
@@ -57,7 +72,7 @@ class Deadlines:
             if handover is not None and when > now:
                 break
             queue.popleft()
-            if handover is not None:
+            if handover is not None and handover.deadline <= when:  # else renewed since
                 expired.append(handover)
         return expired
 

@@ -197,7 +197,7 @@ class Delivery(Generic[T]):
         """
         handover = self._handover
         if handover.pending.pop(self._index, None) is None:
-            raise SettlementError(self._envelope[MESSAGE_ID], self._state)
+            raise SettlementError(self._envelope[MESSAGE_ID], self._settled_as())
         self._state = ACKED
         buffer = handover.buffer  # `_send`, inlined: acks are the hot path
         if buffer is not None and handover.owner == _get_ident():
@@ -214,7 +214,7 @@ class Delivery(Generic[T]):
             SettlementError: already settled (also by a timeout or the topic's close).
         """
         if self._handover.pending.pop(self._index, None) is None:
-            raise SettlementError(self._envelope[MESSAGE_ID], self._state)
+            raise SettlementError(self._envelope[MESSAGE_ID], self._settled_as())
         self._set_nacked("nack", None if reason == "nack" else reason)
         self._send()
 
@@ -224,6 +224,10 @@ class Delivery(Generic[T]):
             f"subscriber_id={self.subscriber_id}, attempt={self._attempt}, "
             f"state={self._state!r})"
         )
+
+    def _settled_as(self) -> str:
+        """How it was settled, for errors: ``"timed out"`` says the deadline won."""
+        return "timed out" if self.timed_out else self._state
 
     def _claim(self) -> bool:
         return self._handover.pending.pop(self._index, None) is not None

@@ -19,10 +19,11 @@ from typing import Any
 from runtime.core._envelope import SEQ, Envelope
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
+from runtime.core.settlement._admission import Admission
 from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
 from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
-from runtime.errors import TopicClosedError, WouldBlock
+from runtime.errors import TopicClosedError
 
 __all__ = ["Ledger"]
 
@@ -32,7 +33,7 @@ _RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
 Effect = Callable[[], Any]
 
 
-class Ledger:
+class Ledger(Admission):
     """Books of one topic. Thread-safe.
 
     Args:
@@ -75,31 +76,6 @@ class Ledger:
         """Add ``amount`` to counter ``name`` (``published`` or ``throttled``)."""
         with self._lock:
             setattr(self._counters, name, getattr(self._counters, name) + amount)
-
-    def take_slot(self, max_pending: int, deadline: float | None) -> None:
-        """Wait until fewer than ``max_pending`` messages are pending, then take a slot.
-
-        Blocks until ``deadline`` (``time.monotonic()`` based; None: no bound).
-
-        Raises:
-            TopicClosedError: the topic closed (also while waiting).
-            WouldBlock: the deadline passed first.
-        """
-        with self._changed:
-            while not self.closed and self.pending >= max_pending:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise WouldBlock(f"topic {self._topic!r} has {max_pending} pending messages")
-                self._changed.wait(remaining)
-            if self.closed:
-                raise TopicClosedError(self._topic)
-            self.pending += 1
-
-    def release_slots(self, count: int) -> None:
-        """Give back slots taken by `take_slot` for messages that were not published."""
-        with self._changed:
-            self.pending -= count
-            self._changed.notify_all()
 
     def reserve(
         self, envelopes: list[Envelope], destinations: int,
@@ -164,6 +140,17 @@ class Ledger:
         if wake_at is not None:
             self._schedule(wake_at)
         return True
+
+    def renew(self, handover: HandOver, *, force: bool = False) -> None:
+        """Extend ``handover``'s ack deadline to ``ack_timeout`` from now: a handler just
+        reached it (``force``: always; else once a quarter of the deadline has run, so a
+        member working through a batch pays a clock read per delivery, not a lock)."""
+        deadlines = self._deadlines
+        if not force and not deadlines.due(handover):
+            return
+        with self._lock:
+            if handover.live:
+                deadlines.extend(handover)
 
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
 from runtime.errors import WouldBlock
 
-__all__ = ["Gate"]
+__all__ = ["SELF_WAIT", "Gate"]
+
+# Longest a group's own member waits for room in it (its handler publishing into its own
+# group): the room it waits for may be its own to give back, so an unbounded wait could
+# last for ever.
+SELF_WAIT = 2.0
+
+
+class _Seat(Protocol):
+    thread: int
 
 
 class Gate:
@@ -24,12 +34,19 @@ class Gate:
     capacity (128) until the group had handed on the one before: a block and a wake-up
     of the publishing thread per batch. A single message waits exactly as before.
 
+    A member's handler that publishes into its own full group waits at most
+    `SELF_WAIT`, then gets `WouldBlock` saying so: the room it waits for may only come
+    back once that very handler returns.
+
     Args:
         capacity: the group's ``balanced_capacity``.
+        name: the group's name (for errors).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, name: str = "") -> None:
         self.capacity = capacity
+        self.name = name
+        self.members: set[_Seat] = set()  # thread members (their thread ids, once running)
         self.used = 0
         self.closed = False
         self._waiting = 0
@@ -48,10 +65,12 @@ class Gate:
             WouldBlock: the deadline passed first.
         """
         with self._changed:
+            if not self.closed and self.used >= self.capacity:
+                deadline = self._bound(deadline)
             while not self.closed and self.used >= self.capacity:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise WouldBlock(f"balanced group is full ({self.capacity} messages)")
+                    raise WouldBlock(self._full())
                 self._waiting += 1
                 try:
                     self._changed.wait(remaining)
@@ -61,6 +80,21 @@ class Gate:
                 return False
             self.used += count
             return True
+
+    def _bound(self, deadline: float | None) -> float | None:
+        ident = threading.get_ident()
+        if not any(seat.thread == ident for seat in self.members):
+            return deadline
+        own = time.monotonic() + SELF_WAIT
+        return own if deadline is None else min(deadline, own)
+
+    def _full(self) -> str:
+        text = f"balanced group {self.name!r} is full ({self.capacity} messages)"
+        ident = threading.get_ident()
+        if any(seat.thread == ident for seat in self.members):
+            text += (f"; a handler of group {self.name!r} publishing into it waited"
+                     f" {SELF_WAIT}s for room only its own progress can free")
+        return text
 
     def try_acquire(self, count: int) -> int:
         """Take room for up to ``count`` messages without waiting; -1 when closed."""

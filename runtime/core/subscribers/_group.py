@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass
 from itertools import count, repeat
@@ -15,13 +16,27 @@ from runtime.core.subscribers._gate import Gate
 
 __all__ = ["Credit", "End", "Endpoint", "GroupActor", "Join", "Leave", "Requeue"]
 
+logger = logging.getLogger(__name__)
+
+# Mailbox messages a group handles at most before it dispatches, even while more wait.
+_MAX_DEFERRED = 16
+
 
 class Endpoint(Protocol):
-    """A member as the group sees it: it takes batches within a credit window."""
+    """A member as the group sees it: it takes batches within a credit window.
+
+    ``window`` bounds the deliveries it holds unsettled (its prefetch); ``handovers``,
+    when not None, bounds the hand-overs it holds unsettled (a worker process: while it
+    is busy, what arrives waits in the group and leaves as one larger hand-over).
+    """
 
     key: int
     subscriber_id: int
     window: int
+    handovers: int | None
+
+    def cap(self) -> int:
+        """The most deliveries one hand-over may carry now."""
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Hand a batch over; must not block."""
@@ -33,10 +48,11 @@ class Endpoint(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Credit:
-    """A member finished ``count`` deliveries and can take that many more."""
+    """A member finished ``count`` deliveries (in ``handovers`` hand-overs)."""
 
     key: int
     count: int
+    handovers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +86,10 @@ class End:
 class GroupActor(Actor):
     """Holds a group's queued messages and hands them to members with credit.
 
-    Unkeyed messages wait in one FIFO; keyed ones in a FIFO per member chosen by key
-    hash, so one key's messages keep their order while membership is stable.
+    Unkeyed messages wait in one FIFO and go to the members with the fewest unsettled
+    deliveries (ties rotate), split evenly when several have room, so a trickle of slow
+    messages spreads over every member. Keyed ones wait in a FIFO per member chosen by
+    key hash, so one key's messages keep their order while membership is stable.
     Redeliveries go first. Every message that leaves the queue gives its gate room back.
 
     Args:
@@ -93,16 +111,20 @@ class GroupActor(Actor):
         self._retries: deque[tuple[Envelope, int]] = deque()
         self._buckets: dict[int, deque[Envelope]] = {}
         self._members: list[Endpoint] = []
-        self._credit: dict[int, int] = {}
+        self._unsettled: dict[int, int] = {}  # deliveries handed over, not credited back
+        self._inflight: dict[int, int] = {}  # hand-overs handed over, not credited back
         self._ended: str | None = None
-        self._turn = 0  # who goes first when a batch is not split
+        self._turn = 0  # rotates who goes first among equally loaded members
+        self._deferred = 0  # mail handled since the last dispatch
 
     def on_receive(self, message: Any) -> Any:
         """Handle one mailbox message (a list of envelopes is a fan-out chunk)."""
         if type(message) is list:
             self._accept(message)
         elif type(message) is Credit:
-            self._credit[message.key] = self._credit.get(message.key, 0) + message.count
+            if message.key in self._unsettled:  # else it left: its books went with it
+                self._unsettled[message.key] -= message.count
+                self._inflight[message.key] -= message.handovers
         elif isinstance(message, Requeue):
             self._requeue(message.items)
         elif isinstance(message, Join):
@@ -112,6 +134,13 @@ class GroupActor(Actor):
         elif isinstance(message, End):
             self._end(message.reason)
             return None
+        if self._deferred < _MAX_DEFERRED and not self.actor_inbox.empty():
+            # More mail is waiting (chunks, credit): let it accumulate and dispatch after
+            # it, in fewer, larger hand-overs. The last message of a burst always
+            # dispatches, so nothing waits once the mailbox is empty.
+            self._deferred += 1
+            return None
+        self._deferred = 0
         self._dispatch()
         return None
 
@@ -127,10 +156,17 @@ class GroupActor(Actor):
         if not keyed:
             self._queue.extend(envelopes)
             return
+        try:  # every key hashed before anything moves: a bad chunk is refused whole
+            targets = [members[hash(e[KEY]) % len(members)].key for e in keyed]
+        except Exception as exc:  # a key that slipped past the boundary's check
+            logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
+            # "dropped", not "error": a retry would meet the same key (and loop).
+            self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
+            return
         self._queue.extend(e for e in envelopes if e[KEY] is None)
         buckets = self._buckets
-        for envelope in keyed:
-            buckets[members[hash(envelope[KEY]) % len(members)].key].append(envelope)
+        for envelope, target in zip(keyed, targets, strict=True):
+            buckets[target].append(envelope)
 
     def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
         if self._ended is not None:
@@ -140,12 +176,14 @@ class GroupActor(Actor):
 
     def _join(self, endpoint: Endpoint) -> None:
         self._members.append(endpoint)
-        self._credit[endpoint.key] = endpoint.window
+        self._unsettled[endpoint.key] = 0
+        self._inflight[endpoint.key] = 0
         self._rebucket()
 
     def _leave(self, key: int) -> None:
         self._members = [m for m in self._members if m.key != key]
-        self._credit.pop(key, None)
+        self._unsettled.pop(key, None)
+        self._inflight.pop(key, None)
         self._rebucket()
 
     def _rebucket(self) -> None:
@@ -171,50 +209,78 @@ class GroupActor(Actor):
         self._ended = reason
         self._settle(items, reason)
 
-    def _settle(self, items: list[tuple[Envelope, int]], reason: str) -> None:
+    def _settle(
+        self, items: list[tuple[Envelope, int]], reason: str, error: str | None = None,
+    ) -> None:
         """Dead-letter queued messages that will never reach a member."""
         if not items:
             return
         self._gate.release(len(items))
-        self._ledger.settle(
-            [Delivery.settled(e, -1, self._name, attempt - 1, reason) for e, attempt in items]
-        )
+        self._ledger.settle([
+            Delivery.settled(e, -1, self._name, attempt - 1, reason, error)
+            for e, attempt in items
+        ])
 
-    def _available(self) -> int:
-        return len(self._queue) + len(self._retries) + sum(map(len, self._buckets.values()))
+    def _room(self, member: Endpoint) -> int:
+        """How many deliveries ``member`` may take in one hand-over now."""
+        limit = member.handovers
+        if limit is not None and self._inflight[member.key] >= limit:
+            return 0
+        return min(member.window - self._unsettled[member.key], member.cap())
 
     def _dispatch(self) -> None:
-        members, credit = self._members, self._credit
+        members = self._members
         while members and self._ended is None:
-            ready = [m for m in members if credit[m.key] > 0]
-            available = self._available()
-            if not ready or not available:
+            unkeyed = len(self._queue) + len(self._retries)
+            if not unkeyed and not any(self._buckets.values()):
                 return
-            share = -(-available // len(ready))
-            if len(ready) > 1 and all(m.prefers_whole(available) for m in ready):
-                # Cheap handlers gain nothing from a split: one hand-over, members in turn.
-                share, self._turn = available, self._turn + 1
-                turn = self._turn % len(ready)
-                ready = ready[turn:] + ready[:turn]
+            rooms = {m.key: self._room(m) for m in members}
+            ready = [m for m in members if rooms[m.key] > 0]
+            if not ready:
+                return
+            self._turn += 1
+            turn = self._turn % len(ready)
+            ready = ready[turn:] + ready[:turn]
+            unsettled = self._unsettled
+            ready.sort(key=lambda m: unsettled[m.key])  # stable: equal loads keep the turn
+            shares = self._shares(ready, unkeyed)
             sent = 0
-            for member in ready:
-                sent += self._send(member, min(credit[member.key], share))
+            for member, share in zip(ready, shares, strict=True):
+                sent += self._send(member, rooms[member.key], share)
             if not sent:
                 return
 
-    def _send(self, member: Endpoint, limit: int) -> int:
-        """Hand up to ``limit`` messages to ``member``; returns how many went."""
+    def _shares(self, ready: list[Endpoint], unkeyed: int) -> list[int]:
+        """Unkeyed messages for each ready member (fewest unsettled first).
+
+        When every one prefers them whole (cheap handlers), the first takes them all.
+        Else each is topped up toward an equal number unsettled across all members, so a
+        member that answers first does not take what its busy peers will take next; the
+        first always gets at least one, so a message never waits while a member has room.
+        """
+        if all(m.prefers_whole(unkeyed) for m in ready):
+            return [unkeyed] + [0] * (len(ready) - 1)
+        unsettled = self._unsettled
+        target = -(-(sum(unsettled.values()) + unkeyed) // len(self._members))
+        shares = [max(target - unsettled[m.key], 0) for m in ready]
+        shares[0] = max(shares[0], 1)
+        return shares
+
+    def _send(self, member: Endpoint, room: int, share: int) -> int:
+        """Hand ``member`` its keyed messages and up to ``share`` unkeyed ones, at most
+        ``room`` in all; returns how many went."""
         handover = HandOver(self._tracker, member.subscriber_id, self._name)
         out: list[Delivery[Any]] = []
         bucket = self._buckets.get(member.key)
-        while bucket and len(out) < limit:
+        while bucket and len(out) < room:
             out.append(Delivery(bucket.popleft(), handover, len(out), 1))
+        limit = min(room, len(out) + share)
         retries = self._retries
         while retries and len(out) < limit:
             envelope, attempt = retries.popleft()
             out.append(Delivery(envelope, handover, len(out), attempt))
         queue, start = self._queue, len(out)
-        if queue:
+        if queue and start < limit:
             popleft = queue.popleft
             envelopes = [popleft() for _ in range(min(limit - start, len(queue)))]
             out.extend(map(Delivery, envelopes, repeat(handover), count(start), repeat(1)))
@@ -227,6 +293,7 @@ class GroupActor(Actor):
                 delivery._expire("closed")
             self._ledger.settle(out)
             return len(out)
-        self._credit[member.key] -= len(out)
+        self._unsettled[member.key] += len(out)
+        self._inflight[member.key] += 1
         member.push(handover, out)
         return len(out)

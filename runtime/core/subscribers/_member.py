@@ -18,20 +18,26 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[Delivery[Any]], Any]
 
-# Deliveries a thread member may hold at once (the group's credit window for it).
-THREAD_WINDOW = 256
+# Deliveries a thread member may hold unsettled by default (its prefetch).
+THREAD_WINDOW = 32
+
+Renew = Callable[[HandOver], None]
 
 
 def run_handler(
     handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
-    *, log: bool = True,
+    *, renew: Renew | None = None, catch: type[BaseException] = Exception, log: bool = True,
 ) -> None:
     """Call ``handler`` on each still-pending delivery, then send the settlements as one.
 
-    A raised exception nacks a still-pending delivery (reason ``error``; the exception's
-    text, type and traceback kept) and, with ``log``, is logged at WARNING (a worker
-    process leaves that to the parent); with ``auto_ack`` a normal return acks it.
-    Deliveries already settled (deadline, close) are skipped.
+    A raised ``catch`` (the thread members isolate every `BaseException`: a
+    ``sys.exit()`` in a handler must not take the member down) nacks a still-pending
+    delivery (reason ``error``; the exception's text, type and traceback kept) and, with
+    ``log``, is logged at WARNING (a worker process leaves that to the parent); with
+    ``auto_ack`` a normal return acks it. Deliveries already settled (deadline, close)
+    are skipped. ``renew(handover)`` runs before each handler call: it extends the
+    hand-over's ack deadline while the handler works through it, so deliveries waiting
+    behind slow ones are not expired unseen.
     """
     pending = handover.pending
     handover.open_buffer()
@@ -39,9 +45,11 @@ def run_handler(
         for delivery in deliveries:
             if delivery._index not in pending:
                 continue
+            if renew is not None:
+                renew(handover)
             try:
                 handler(delivery)
-            except Exception as exc:
+            except catch as exc:
                 if log:
                     logger.warning("handler raised on %r", delivery, exc_info=True)
                 cause = (type(exc).__qualname__, traceback.format_exc())
@@ -65,13 +73,17 @@ class MemberActor(Actor):
         key: its endpoint key in the group.
     """
 
-    def __init__(self, handler: Handler, auto_ack: bool, group: Ref, seat: Seat) -> None:
+    def __init__(
+        self, handler: Handler, auto_ack: bool, group: Ref, seat: Seat,
+        renew: Renew | None = None,
+    ) -> None:
         super().__init__()
         self._handler = handler
         self._auto_ack = auto_ack
         self._group = group
         self._key = seat.key
         self._seat = seat
+        self._renew = renew
 
     def on_start(self) -> None:
         """Note the thread, so an unsubscribe from inside a handler does not wait on it."""
@@ -81,7 +93,8 @@ class MemberActor(Actor):
         """Run one batch: ``(handover, deliveries)``."""
         handover, deliveries = message
         try:
-            run_handler(self._handler, self._auto_ack, handover, deliveries)
+            run_handler(self._handler, self._auto_ack, handover, deliveries,
+                        renew=self._renew, catch=BaseException)
         finally:
             self._group.tell(Credit(self._key, len(deliveries)))
         return None
@@ -108,14 +121,19 @@ class Seat:
 
 
 class ThreadEndpoint:
-    """The group's view of a `MemberActor`."""
+    """The group's view of a `MemberActor`: up to ``window`` deliveries unsettled."""
 
-    window = THREAD_WINDOW
+    handovers: int | None = None
 
-    def __init__(self, seat: Seat, ref: Ref) -> None:
+    def __init__(self, seat: Seat, ref: Ref, window: int = THREAD_WINDOW) -> None:
         self.key = seat.key
         self.subscriber_id = seat.subscriber_id
         self.ref = ref
+        self.window = window
+
+    def cap(self) -> int:
+        """A hand-over may fill the whole window."""
+        return self.window
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Tell the member the batch (never blocks)."""

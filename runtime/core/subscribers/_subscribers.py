@@ -6,6 +6,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from actors import ActorSystem, Pool, Ref
@@ -17,7 +18,7 @@ from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group import End, GroupActor, Join, Leave, Requeue
-from runtime.core.subscribers._member import Handler, MemberActor, Seat, ThreadEndpoint
+from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscription import PullEndpoint, PullSubscription, RingSource, Subscription
 from runtime.core.subscribers._workers import ProcessEndpoint, WorkerActor
@@ -88,7 +89,7 @@ class Subscribers:
             group = self._groups.get(name)
             if group is not None:
                 return group.handle
-            gate = Gate(self._settings.balanced_capacity)
+            gate = Gate(self._settings.balanced_capacity, name=name)
             ref = self._spawn(
                 GroupActor, self._topic, name, gate, self._ledger, self._tracker,
                 name=f"group:{name}.{next(self._keys)}",
@@ -113,8 +114,11 @@ class Subscribers:
             self._requeue(group.handle, pull.close())
         self._retired.append(group.handle.ref)
 
-    def subscribe(self, handler: Handler, group: str | None, auto_ack: bool) -> Subscription:
-        """Attach a thread subscriber: broadcast (``group=None``) or a group member."""
+    def subscribe(
+        self, handler: Handler, group: str | None, auto_ack: bool, prefetch: int | None = None,
+    ) -> Subscription:
+        """Attach a thread subscriber: broadcast (``group=None``) or a group member
+        holding up to ``prefetch`` deliveries (None: `THREAD_WINDOW`)."""
         with self._lock:
             seat = Seat(next(self._keys), next(self._ids))
             if group is None:
@@ -127,16 +131,20 @@ class Subscribers:
                 return Subscription(seat.subscriber_id, None, lambda: self._unsubscribe(seat))
             handle = self.create_group(group)
             seat.ref = self._spawn(
-                MemberActor, handler, auto_ack, handle.ref, seat,
+                MemberActor, handler, auto_ack, handle.ref, seat, self._ledger.renew,
                 name=f"member:{seat.subscriber_id}",
             )
-            self._join(group, seat, ThreadEndpoint(seat, seat.ref))
+            handle.gate.members.add(seat)
+            window = THREAD_WINDOW if prefetch is None else prefetch
+            self._join(group, seat, ThreadEndpoint(seat, seat.ref, window))
             return Subscription(seat.subscriber_id, group, lambda: self._leave(group, seat))
 
     def subscribe_workers(
         self, handler: Handler, group: str, auto_ack: bool, workers: int,
+        prefetch: int | None = None,
     ) -> Subscription:
-        """Attach ``workers`` worker processes (one `Pool`) as members of ``group``."""
+        """Attach ``workers`` worker processes (one `Pool`) as members of ``group``, each
+        holding up to ``prefetch`` deliveries (None: two hand-overs)."""
         with self._lock:
             sid = next(self._ids)
             handle = self.create_group(group)
@@ -148,7 +156,10 @@ class Subscribers:
             seats = []
             for worker in pool.members():
                 seat = Seat(next(self._keys), sid)
-                endpoint = ProcessEndpoint(seat.key, sid, worker, handle.ref, self._tracker)
+                endpoint = ProcessEndpoint(
+                    seat.key, sid, worker, handle.ref, self._tracker, prefetch,
+                    self._settings.ack_timeout, partial(self._ledger.renew, force=True),
+                )
                 handle.ref.ask(Join(endpoint), timeout=_ASK_TIMEOUT).result(_ASK_TIMEOUT)
                 seats.append(seat)
         return Subscription(sid, group, lambda: self._leave_workers(group, seats, pool))
@@ -217,6 +228,7 @@ class Subscribers:
                 return
             pull = record.pulls.pop(seat.subscriber_id, None)
         record.handle.ref.ask(Leave(seat.key), timeout=_ASK_TIMEOUT).result(_ASK_TIMEOUT)
+        record.handle.gate.members.discard(seat)
         if pull is not None:
             self._requeue(record.handle, pull.close())
         seat.retire(_ASK_TIMEOUT)

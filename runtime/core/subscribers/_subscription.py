@@ -147,6 +147,8 @@ class RingSource:
 class PullEndpoint:
     """A pull group member: the group pushes up to ``window`` deliveries into its buffer."""
 
+    handovers: int | None = None
+
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
                  window: int = 1) -> None:
         self.window = window
@@ -168,6 +170,10 @@ class PullEndpoint:
         """Never: a pull member takes at most its small window."""
         return False
 
+    def cap(self) -> int:
+        """A hand-over may fill the whole window."""
+        return self.window
+
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Block for the next still-pending delivery; returns credit for each taken."""
         return self.receive_many(1, timeout)[0]
@@ -188,7 +194,7 @@ class PullEndpoint:
                     if delivery.pending:
                         pending.append(delivery)
                 if taken:
-                    self._group.tell(Credit(self.key, taken))
+                    self._group.tell(Credit(self.key, taken, 0))
                 if pending:
                     return pending
                 if self._closed:

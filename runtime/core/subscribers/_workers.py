@@ -1,39 +1,37 @@
 """Process members: a Pool of worker processes running a group's handler on batches.
 
-A batch crosses the pipe as columns (one list per field, pickled once per batch); the
-worker answers with a count when every delivery was acked during the handler call, and
-with the settlements it saw otherwise, so the common case costs the parent no
-per-message decoding.
+The parent's side: each worker is one `ProcessEndpoint` of the group, holding at most
+two hand-overs; what crosses the pipe and runs in the worker is in `_work_batch`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
-from actors import Actor, Ref
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME
-from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked
+from actors import Ref
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._group import Credit
-from runtime.core.subscribers._member import Handler, run_handler
+from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
 
-__all__ = ["PROCESS_WINDOW", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor"]
+__all__ = [
+    "FIRST_BATCH", "PROCESS_BATCH", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor",
+]
 
 logger = logging.getLogger(__name__)
 
-# Deliveries a worker process may hold at once (sent as one pickled batch).
-PROCESS_WINDOW = 256
-
-# (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
-# handler's adds its cause, (exception type, traceback text).
-Settlement = tuple[Any, ...]
-# What a worker answers: the seconds its handler took on the batch, and the batch's size
-# when all of it was acked, else its settlements.
-Reply = "tuple[float, int | list[Settlement]]"
+# Hand-overs a worker process holds at once: one it runs, one waiting behind it. What
+# arrives meanwhile waits in the group and leaves as the next, larger hand-over.
+PROCESS_HANDOVERS = 2
+# The most deliveries in one hand-over (one pickled batch), and in the first ones, sent
+# before the worker's handler time is known (a slow handler must not get a batch that
+# outlives its ack deadline).
+PROCESS_BATCH = 256
+FIRST_BATCH = 4
+# Of the ack timeout, the share one hand-over's handler time may fill.
+_DEADLINE_SHARE = 0.25
 
 # Handler time under which a batch is not worth splitting across workers: a hand-over
 # costs the parent about 70 µs (build, pickle, pipe write, answer), so a split that
@@ -42,116 +40,47 @@ SPLIT_WORTH = 200e-6
 _COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
 
 
-@dataclass(frozen=True, slots=True)
-class WorkBatch:
-    """Deliveries for a worker process, as columns: what crosses the pipe.
-
-    Item ``i`` is the delivery with index ``i``; the columns hold the envelopes' fields
-    (``stamps[i]`` is None when ``payloads[i]`` is the published object itself, else
-    the message came through a Publisher and ``payloads[i]`` is its data).
-    """
-
-    subscriber_id: int
-    group: str
-    topic: str
-    ids: list[str]
-    payloads: list[Any]
-    keys: list[str | None]
-    attributes: list[dict[str, str]]
-    stamps: list[float | None]
-    attempts: list[int]
-
-    @classmethod
-    def of(cls, subscriber_id: int, group: str, topic: str,
-           deliveries: list[Delivery[Any]]) -> WorkBatch:
-        """The columns of ``deliveries`` (in index order)."""
-        envelopes = [d._envelope for d in deliveries]
-        return cls(
-            subscriber_id, group, topic,
-            [e[MESSAGE_ID] for e in envelopes],
-            [e[PAYLOAD] for e in envelopes],
-            [e[KEY] for e in envelopes],
-            [e[ATTRIBUTES] for e in envelopes],
-            [e[STAMP_TIME] for e in envelopes],
-            [d._attempt for d in deliveries],
-        )
-
-    def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
-        """Rebuild the deliveries on the worker's side, all pending on ``handover``."""
-        topic = self.topic
-        out: list[Delivery[Any]] = [
-            Delivery((0, message_id, payload, key, attributes, topic, stamp), handover, index,
-                     attempt)
-            for index, (message_id, payload, key, attributes, stamp, attempt) in enumerate(zip(
-                self.ids, self.payloads, self.keys, self.attributes, self.stamps, self.attempts,
-                strict=True,
-            ))
-        ]
-        handover.pending = dict(enumerate(out))
-        return out
-
-
-class _Collect:
-    """The worker-side sink: settlements made during the handler call."""
-
-    def __init__(self) -> None:
-        self.settled: list[Delivery[Any]] = []
-
-    def tell(self, message: Any) -> None:
-        if isinstance(message, list):
-            self.settled.extend(message)
-        else:
-            self.settled.append(message)
-
-
-class WorkerActor(Actor):
-    """Runs in a worker process: handles a `WorkBatch`, answers with its settlements.
-
-    Settlements made after the handler returned (from other threads) cannot reach the
-    parent; those deliveries settle by their ack deadline.
+class ProcessEndpoint:
+    """The group's view of one pool member: each batch is one ask to the worker.
 
     Args:
-        handler: the subscriber's handler (cloudpickled once, at spawn).
-        auto_ack: ack on return, nack on exception.
+        key: its endpoint key in the group.
+        subscriber_id: the subscription's id.
+        worker: the worker process's actor.
+        group: the group actor (credit goes back there).
+        tracker: the tracker actor (settlements go there).
+        prefetch: deliveries it may hold unsettled (None: two full hand-overs).
+        ack_timeout: the topic's ack timeout (bounds a hand-over's expected run time).
+        renew: restarts a hand-over's ack deadline from now (the worker starts on it).
     """
 
-    def __init__(self, handler: Handler, auto_ack: bool) -> None:
-        super().__init__()
-        self._handler = handler
-        self._auto_ack = auto_ack
-
-    def on_receive(self, message: Any) -> Any:
-        """Handle one batch; answers the handler's time and the batch's size if all was
-        acked, else the settlements."""
-        batch: WorkBatch = message
-        sink = _Collect()
-        handover = HandOver(sink, batch.subscriber_id, batch.group)
-        deliveries = batch.deliveries(handover)
-        started = time.perf_counter()
-        run_handler(self._handler, self._auto_ack, handover, deliveries, log=False)
-        elapsed = time.perf_counter() - started
-        settled = sink.settled
-        if len(settled) == len(deliveries) and all_acked(settled):
-            return elapsed, len(deliveries)
-        return elapsed, [
-            (d._index, d._state is ACKED, d.reason, d.error, *_cause_of(d)) for d in settled
-        ]
-
-
-class ProcessEndpoint:
-    """The group's view of one pool member: each batch is one ask to the worker."""
-
-    window = PROCESS_WINDOW
+    handovers: int | None = PROCESS_HANDOVERS
 
     def __init__(
         self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref,
+        prefetch: int | None = None, ack_timeout: float | None = None,
+        renew: Callable[[HandOver], None] | None = None,
     ) -> None:
         self.key = key
         self.subscriber_id = subscriber_id
+        self.window = PROCESS_HANDOVERS * PROCESS_BATCH if prefetch is None else prefetch
         self._worker = worker
         self._group = group
         self._tracker = tracker
+        self._ack_timeout = ack_timeout
+        self._renew = renew
+        self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._cost: float | None = None  # running handler seconds per message
+
+    def cap(self) -> int:
+        """The most deliveries for one hand-over: few until the handler's time is known,
+        then as many as fill a quarter of the ack timeout (at most `PROCESS_BATCH`)."""
+        cost = self._cost
+        if cost is None:
+            return FIRST_BATCH
+        if self._ack_timeout is None or cost <= 0:
+            return PROCESS_BATCH
+        return max(1, min(PROCESS_BATCH, int(self._ack_timeout * _DEADLINE_SHARE / cost)))
 
     def prefers_whole(self, count: int) -> bool:
         """True once this worker's handler is known to take ``count`` messages in less
@@ -162,18 +91,31 @@ class ProcessEndpoint:
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the batch; settle from its answer (never blocks)."""
         topic = deliveries[0].topic
-        batch = WorkBatch.of(self.subscriber_id, handover.group or "", topic, deliveries)
+        batch = WorkBatch.of(
+            self.subscriber_id, handover.group or "", topic, deliveries, self._ack_timeout,
+        )
         try:
             future = self._worker.ask(batch, timeout=None)
         except Exception as exc:  # e.g. a payload that does not pickle
             self._fail(handover, deliveries, "error", str(exc) or type(exc).__name__)
             return
+        self._running.append(handover)  # only the answer callbacks remove (one I/O thread)
         future.add_done_callback(self._answered(handover, deliveries))
+
+    def _started_next(self, handover: HandOver) -> None:
+        """``handover`` was answered: the worker now runs the next one, whose ack
+        deadline starts over (it waited in the worker's mailbox until now)."""
+        running = self._running
+        if handover in running:
+            running.remove(handover)
+        if running and self._renew is not None:
+            self._renew(running[0])
 
     def _answered(
         self, handover: HandOver, deliveries: list[Delivery[Any]],
     ) -> Callable[[Future[Any]], None]:
         def done(future: Future[Any]) -> None:
+            self._started_next(handover)
             error = future.exception()
             if error is not None:
                 logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
@@ -203,12 +145,7 @@ class ProcessEndpoint:
     def _finish(self, settled: list[Delivery[Any]], count: int) -> None:
         if settled:
             self._tracker.tell(settled)
-        self._group.tell(Credit(self.key, count))
-
-
-def _cause_of(delivery: Delivery[Any]) -> tuple[tuple[str, str], ...]:
-    cause = getattr(delivery, "_cause", None)
-    return () if cause is None else (cause,)
+        self._group.tell(Credit(self.key, count, 1))
 
 
 def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:

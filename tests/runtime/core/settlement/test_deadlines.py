@@ -68,3 +68,40 @@ def test_no_ack_timeout_means_no_deadline() -> None:
     assert deadlines.add(item) is None
     assert deadlines.pop_expired({1: item}) == []
     assert deadlines.rearm() is None
+
+
+def test_a_renewed_handover_expires_at_its_new_deadline_only() -> None:
+    clock = FakeClock()
+    deadlines = Deadlines(4.0, clock)
+    renewed, plain = handover(1), handover(2)
+    live = {1: renewed, 2: plain}
+    deadlines.add(renewed)
+    deadlines.add(plain)
+
+    clock.now = 103.5
+    assert deadlines.due(renewed)
+    deadlines.extend(renewed)
+    clock.now = 104.5
+    first = deadlines.pop_expired(live)
+    wake_at = deadlines.rearm()
+    clock.now = 107.5
+    second = deadlines.pop_expired(live)
+
+    assert first == [plain]
+    assert wake_at == 107.5
+    assert second == [renewed]
+
+
+def test_a_deadline_is_due_for_renewal_once_a_quarter_has_run() -> None:
+    clock = FakeClock()
+    deadlines = Deadlines(4.0, clock)
+    item = handover(1)
+    deadlines.add(item)
+
+    clock.now = 100.9
+    early = deadlines.due(item)
+    clock.now = 101.1
+    late = deadlines.due(item)
+
+    assert (early, late) == (False, True)
+    assert not Deadlines(None, clock).due(item)

@@ -103,6 +103,7 @@ class _Member:
     """An endpoint that records the size of each hand-over."""
 
     window = 256
+    handovers = None
 
     def __init__(self, key: int, whole: bool) -> None:
         self.key = self.subscriber_id = key
@@ -114,6 +115,9 @@ class _Member:
 
     def prefers_whole(self, count: int) -> bool:
         return self.whole
+
+    def cap(self) -> int:
+        return self.window
 
 
 def _group(*members: _Member) -> GroupActor:

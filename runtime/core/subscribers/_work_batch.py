@@ -1,0 +1,184 @@
+"""What crosses the pipe to a worker process, and the actor that handles it there.
+
+A batch crosses the pipe as columns (one list per field, pickled once per batch); the
+worker answers with a count when every delivery was acked during the handler call, and
+with the settlements it saw otherwise, so the common case costs the parent no
+per-message decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+from actors import Actor
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked
+from runtime.core.subscribers._member import Handler, run_handler
+
+__all__ = ["Reply", "Settlement", "WorkBatch", "WorkerActor"]
+
+# (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
+# handler's adds its cause, (exception type, traceback text).
+Settlement = tuple[Any, ...]
+# What a worker answers: the seconds its handler took on the batch, and the batch's size
+# when all of it was acked, else its settlements.
+Reply = "tuple[float, int | list[Settlement]]"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkBatch:
+    """Deliveries for a worker process, as columns: what crosses the pipe.
+
+    Item ``i`` is the delivery with index ``i``; the columns hold the envelopes' fields
+    (``stamps[i]`` is None when ``payloads[i]`` is the published object itself, else
+    the message came through a Publisher and ``payloads[i]`` is its data). A column
+    whose items are all alike travels as one value: ``keys`` None (no keys),
+    ``attributes`` None (all empty), ``attempts`` None (all first attempts), ``stamps``
+    one float or None; most hand-overs are like that, and it halves what is pickled.
+    """
+
+    subscriber_id: int
+    group: str
+    topic: str
+    ids: Sequence[str]
+    payloads: Sequence[Any]
+    keys: Sequence[str | None] | None
+    attributes: Sequence[dict[str, str]] | None
+    stamps: Sequence[float | None] | float | None
+    attempts: Sequence[int] | None
+    ack_timeout: float | None = None
+
+    @classmethod
+    def of(cls, subscriber_id: int, group: str, topic: str,
+           deliveries: list[Delivery[Any]], ack_timeout: float | None = None) -> WorkBatch:
+        """The columns of ``deliveries`` (in index order)."""
+        _, ids, payloads, keys, attributes, _, stamps = zip(
+            *[d._envelope for d in deliveries], strict=True,
+        )
+        attempts = [d._attempt for d in deliveries]
+        count = len(deliveries)
+        first_stamp = stamps[0]
+        return cls(
+            subscriber_id, group, topic, ids, payloads,
+            None if keys.count(None) == count else keys,
+            None if attributes.count({}) == count else attributes,
+            first_stamp if stamps.count(first_stamp) == count else stamps,
+            None if attempts.count(1) == count else attempts,
+            ack_timeout,
+        )
+
+    def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
+        """Rebuild the deliveries on the worker's side, all pending on ``handover``."""
+        topic, count = self.topic, len(self.ids)
+        keys = repeat(None, count) if self.keys is None else self.keys
+        attributes = (
+            ({} for _ in range(count)) if self.attributes is None else self.attributes
+        )
+        stamps: Iterable[float | None] = (
+            repeat(self.stamps, count) if self.stamps is None or isinstance(self.stamps, float)
+            else self.stamps
+        )
+        attempts = repeat(1, count) if self.attempts is None else self.attempts
+        out: list[Delivery[Any]] = [
+            Delivery((0, message_id, payload, key, attrs, topic, stamp), handover, index, attempt)
+            for index, (message_id, payload, key, attrs, stamp, attempt) in enumerate(zip(
+                self.ids, self.payloads, keys, attributes, stamps, attempts, strict=True,
+            ))
+        ]
+        handover.pending = dict(enumerate(out))
+        return out
+
+
+class _Collect:
+    """The worker-side sink: settlements made during the handler call."""
+
+    def __init__(self) -> None:
+        self.settled: list[Delivery[Any]] = []
+
+    def tell(self, message: Any) -> None:
+        if isinstance(message, list):
+            self.settled.extend(message)
+        else:
+            self.settled.append(message)
+
+
+class _Lease(dict[int, Delivery[Any]]):
+    """A worker's pending deliveries, which expire together at ``deadline``.
+
+    Past it every claim fails: the worker skips what is left and a late ``ack()`` raises
+    `SettlementError` (timed out) instead of succeeding where the parent, whose own
+    deadline has passed, would drop it. The deadline is set a margin before the
+    parent's, counted from when the worker starts the batch (the parent renews a
+    waiting hand-over's deadline when the one before it is answered, which is later).
+    """
+
+    def __init__(self, items: dict[int, Delivery[Any]], deadline: float) -> None:
+        super().__init__(items)
+        self.deadline = deadline
+
+    def __contains__(self, index: object) -> bool:
+        return not self._expired() and super().__contains__(index)
+
+    def pop(self, index: int, default: Any = None) -> Any:
+        if self._expired():
+            return default
+        return super().pop(index, default)
+
+    def _expired(self) -> bool:
+        if time.monotonic() < self.deadline:
+            return False
+        for delivery in self.values():
+            delivery._set_nacked("timeout", None, timed_out=True)
+        self.clear()
+        return True
+
+
+def _deadline(started: float, ack_timeout: float) -> float:
+    return started + ack_timeout - min(0.1 * ack_timeout, 0.5)
+
+
+class WorkerActor(Actor):
+    """Runs in a worker process: handles a `WorkBatch`, answers with its settlements.
+
+    Settlements made after the handler returned (from other threads) cannot reach the
+    parent; those deliveries settle by their ack deadline, as do the ones the deadline
+    reached before the handler did (see `_Lease`).
+
+    Args:
+        handler: the subscriber's handler (cloudpickled once, at spawn).
+        auto_ack: ack on return, nack on exception.
+    """
+
+    def __init__(self, handler: Handler, auto_ack: bool) -> None:
+        super().__init__()
+        self._handler = handler
+        self._auto_ack = auto_ack
+
+    def on_receive(self, message: Any) -> Any:
+        """Handle one batch; answers the handler's time and the batch's size if all was
+        acked, else the settlements."""
+        batch: WorkBatch = message
+        sink = _Collect()
+        handover = HandOver(sink, batch.subscriber_id, batch.group)
+        deliveries = batch.deliveries(handover)
+        if batch.ack_timeout is not None:
+            handover.pending = _Lease(
+                handover.pending, _deadline(time.monotonic(), batch.ack_timeout),
+            )
+        started = time.perf_counter()
+        run_handler(self._handler, self._auto_ack, handover, deliveries, log=False)
+        elapsed = time.perf_counter() - started
+        settled = sink.settled
+        if len(settled) == len(deliveries) and all_acked(settled):
+            return elapsed, len(deliveries)
+        return elapsed, [
+            (d._index, d._state is ACKED, d.reason, d.error, *_cause_of(d)) for d in settled
+        ]
+
+
+def _cause_of(delivery: Delivery[Any]) -> tuple[tuple[str, str], ...]:
+    cause = getattr(delivery, "_cause", None)
+    return () if cause is None else (cause,)

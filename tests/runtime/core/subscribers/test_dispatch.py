@@ -1,0 +1,213 @@
+"""Balanced dispatch: fewest unsettled first, small prefetch, natural batching (issue 13)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.reliability import append_line, read_lines
+
+from runtime import Bus, Delivery
+from runtime.errors import InvalidSettingsError, WouldBlock
+
+
+def _slow_recorder(directory: str, seconds: float) -> Any:
+    def handler(delivery: Delivery[int]) -> None:
+        # The hand-over's size: the deliveries still pending when its first one starts.
+        size = len(delivery._handover.pending) if delivery._index == 0 else 0
+        append_line(directory, f"{os.getpid()} {delivery.message} {size}")
+        time.sleep(seconds)  # sleep-ok: simulates a slow handler
+        delivery.ack()
+
+    return handler
+
+
+def _per_worker(lines: list[str]) -> dict[str, list[int]]:
+    handled: dict[str, list[int]] = collections.defaultdict(list)
+    for line in lines:
+        pid, message, _ = line.split()
+        handled[pid].append(int(message))
+    return handled
+
+
+def _sizes(lines: list[str]) -> list[int]:
+    return [int(line.split()[2]) for line in lines if int(line.split()[2])]
+
+
+def test_a_trickle_of_slow_messages_spreads_over_every_worker(tmp_path: Path) -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        topic.subscribe(_slow_recorder(str(tmp_path), 0.02), group="g", workers=2, auto_ack=False)
+
+        for n in range(40):
+            topic.publish(n)
+        assert topic.join(timeout=30)
+
+    handled = _per_worker(read_lines(tmp_path))
+    assert sorted(m for ms in handled.values() for m in ms) == list(range(40))
+    assert len(handled) == 2
+    assert min(len(ms) for ms in handled.values()) >= 12
+
+
+def test_a_burst_to_busy_workers_is_batched_and_a_lone_message_goes_alone(tmp_path: Path) -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        topic.subscribe(_slow_recorder(str(tmp_path), 0.02), group="g", workers=2)
+
+        for n in range(60):
+            topic.publish(n)
+        assert topic.join(timeout=30)
+        burst = _sizes(read_lines(tmp_path))
+        for path in tmp_path.iterdir():
+            path.unlink()
+        topic.publish(1000)
+        assert topic.join(timeout=10)
+        lone = _sizes(read_lines(tmp_path))
+
+    assert max(burst) > 1 and sum(burst) == 60
+    assert lone == [1]
+
+
+def _stuck_member(topic: Any, release: threading.Event, prefetch: int | None) -> threading.Event:
+    entered = threading.Event()
+
+    def handler(delivery: Delivery[int]) -> None:
+        entered.set()
+        release.wait(timeout=30)
+        delivery.ack()
+
+    topic.subscribe(handler, group="g", prefetch=prefetch)
+    return entered
+
+
+def _publishes_until_blocked(topic: Any, limit: int) -> tuple[int, WouldBlock | None]:
+    for n in range(limit):
+        try:
+            topic.publish(n, timeout=2.0)
+        except WouldBlock as exc:
+            return n, exc
+    return limit, None
+
+
+def test_capacity_plus_prefetch_bounds_what_a_stuck_member_lets_through() -> None:
+    release = threading.Event()
+    with Bus() as bus:
+        topic = bus.create_topic("t", balanced_capacity=1, ack_timeout=None)
+        entered = _stuck_member(topic, release, prefetch=2)
+
+        accepted, error = _publishes_until_blocked(topic, 60)
+        assert entered.wait(timeout=5)
+        release.set()
+        assert topic.join(timeout=10)
+
+    assert accepted in (3, 4)
+    assert error is not None and "'g'" in str(error)
+
+
+def test_the_default_thread_prefetch_is_small() -> None:
+    release = threading.Event()
+    with Bus() as bus:
+        topic = bus.create_topic("t", balanced_capacity=1, ack_timeout=None)
+        _stuck_member(topic, release, prefetch=None)
+
+        accepted, error = _publishes_until_blocked(topic, 60)
+        release.set()
+        assert topic.join(timeout=10)
+
+    assert error is not None
+    assert accepted < 35
+
+
+def test_thread_members_share_a_trickle_of_slow_messages() -> None:
+    seen: dict[int, int] = collections.Counter()
+
+    def member(name: int) -> Any:
+        def handler(delivery: Delivery[int]) -> None:
+            seen[name] += 1
+            time.sleep(0.005)  # sleep-ok: simulates a slow handler
+            delivery.ack()
+
+        return handler
+
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        for name in range(3):
+            topic.subscribe(member(name), group="g")
+        for n in range(60):
+            topic.publish(n)
+        assert topic.join(timeout=30)
+
+    assert sum(seen.values()) == 60
+    assert min(seen[name] for name in range(3)) >= 12
+
+
+@pytest.mark.parametrize("prefetch", [0, -1, 1.5, True, "2"])
+def test_a_bad_prefetch_is_refused(prefetch: Any) -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+
+        with pytest.raises(InvalidSettingsError, match="prefetch"):
+            topic.subscribe(lambda d: d.ack(), group="g", prefetch=prefetch)
+
+
+class _Recorder:
+    """A group endpoint that records what it is handed (unit tests of the group actor)."""
+
+    handovers = None
+
+    def __init__(self, key: int, window: int = 32) -> None:
+        self.key = self.subscriber_id = key
+        self.window = window
+        self.got: list[list[Any]] = []
+
+    def push(self, handover: Any, deliveries: list[Any]) -> None:
+        self.got.append([d.message for d in deliveries])
+
+    def prefers_whole(self, count: int) -> bool:
+        return False
+
+    def cap(self) -> int:
+        return self.window
+
+
+def _bare_group(*members: _Recorder) -> tuple[Any, Any]:
+    from runtime.core.settlement._dead_letters import DeadLetterQueue
+    from runtime.core.settlement._ledger import Ledger
+    from runtime.core.subscribers._gate import Gate
+    from runtime.core.subscribers._group import GroupActor, Join
+
+    letters = DeadLetterQueue()
+    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters)
+    group = GroupActor("t", "g", Gate(1000), ledger, tracker=None)  # type: ignore[arg-type]
+    for member in members:
+        group.on_receive(Join(member))
+    return group, letters
+
+
+def test_a_chunk_with_an_unhashable_key_is_dead_lettered_whole_and_the_group_serves_on() -> None:
+    first, second = _Recorder(1), _Recorder(2)
+    group, letters = _bare_group(first, second)
+    bad = [(1, "1", "a", None, {}, "t", None), (2, "2", "b", ["x"], {}, "t", None)]  # type: ignore[list-item]
+
+    group.on_receive(bad)
+    group.on_receive([(3, "3", "c", "k", {}, "t", None)])
+
+    assert [(d.message_id, d.reason) for d in letters] == [("1", "dropped"), ("2", "dropped")]
+    assert all("unhashable" in (d.error or "") for d in letters)
+    assert first.got + second.got == [["c"]]
+
+
+def test_equal_loads_take_turns_and_the_least_loaded_member_goes_first() -> None:
+    first, second = _Recorder(1), _Recorder(2)
+    group, _ = _bare_group(first, second)
+
+    for n in range(4):
+        group.on_receive([(n, str(n), n, None, {}, "t", None)])
+
+    assert sorted([*first.got, *second.got]) == [[0], [1], [2], [3]]
+    assert len(first.got) == len(second.got) == 2
