@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from runtime.errors import (
 )
 
 __all__ = ["Bus"]
+
+logger = logging.getLogger(__name__)
 
 
 class Bus:
@@ -55,6 +58,7 @@ class Bus:
         self._lock = threading.Lock()
         self._closed = False
         self._servers: list[BusServer] = []
+        self._closers: list[threading.Thread] = []
         self._unwatch = self._system.events.subscribe(self._on_event)
 
     def __enter__(self) -> Bus:
@@ -175,6 +179,8 @@ class Bus:
             topics = list(self._topics.values())
             servers, self._servers = self._servers, []
         self._unwatch()
+        for closer in self._closers:
+            closer.join(timeout=10.0)
         for server in servers:
             server.close()
         for topic in reversed(topics):
@@ -184,17 +190,25 @@ class Bus:
             self._system.shutdown()
 
     def _on_event(self, event: Event) -> None:
-        """The system's root supervisor gave up: every actor of every topic is gone.
+        """One of a topic's actors was stopped for good (past its restart budget, the root
+        supervisor gave it up): that topic can no longer deliver.
 
-        Close the topics (pending messages are dead-lettered as ``closed``; publishing
-        raises `TopicClosedError`) rather than accept messages nobody will handle.
+        Close it, loudly (pending messages are dead-lettered as ``closed``; publishing
+        raises `TopicClosedError`), rather than accept messages nobody will handle. Other
+        topics keep running. The close runs on a thread of the bus's own (joined by
+        `close`): events arrive on the supervisor's thread, which the close needs.
         """
-        if event.kind != "escalated" or event.name != self._system.name:
+        if event.kind != "escalated":
             return
         with self._lock:
-            topics = list(self._topics.values())
-        for topic in topics:
-            topic.close()
+            broken = [t for t in self._topics.values() if event.name.startswith(f"{t._prefix}/")]
+            if self._closed or not broken:
+                return
+            logger.error("topic %r closes: its actor %r was stopped past its restart budget (%s)",
+                         broken[0].name, event.name, event.error)
+            closer = threading.Thread(target=broken[0].close, name=f"{self._prefix}-closer")
+            self._closers.append(closer)
+            closer.start()
 
     def _resolve(self, topic: Any) -> Topic[Any]:
         return topic if isinstance(topic, Topic) else self.topic(topic)

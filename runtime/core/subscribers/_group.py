@@ -113,14 +113,39 @@ class GroupActor(Actor):
         self._members: list[Endpoint] = []
         self._unsettled: dict[int, int] = {}  # deliveries handed over, not credited back
         self._inflight: dict[int, int] = {}  # hand-overs handed over, not credited back
-        self._ended: str | None = None
+        self._ended: tuple[str, str | None] | None = None  # (reason, error) once ended
+        self._stranded: list[Envelope] = []  # a chunk whose acceptance failed midway
         self._turn = 0  # rotates who goes first among equally loaded members
         self._deferred = 0  # mail handled since the last dispatch
 
     def on_receive(self, message: Any) -> Any:
-        """Handle one mailbox message (a list of envelopes is a fan-out chunk)."""
+        """Handle one mailbox message (a list of envelopes is a fan-out chunk).
+
+        The group's books (queue, members, credit) live in this instance, so a restart
+        would start empty and strand what waits. A failure here ends the group instead,
+        loudly: what waits and every later message is dead-lettered ``dropped`` with the
+        failure's text (in-flight deliveries settle as usual).
+        """
+        try:
+            self._receive(message)
+        except Exception as exc:
+            logger.error("balanced group %r of topic %r failed; it now dead-letters what it "
+                         "gets", self._name, self._topic, exc_info=True)
+            error = f"group {self._name!r} failed: {type(exc).__qualname__}: {exc}"
+            stranded, self._stranded = self._stranded, []
+            self._end("dropped", error)
+            self._settle([(e, 1) for e in stranded], "dropped", error)
+        return None
+
+    def _receive(self, message: Any) -> None:
         if type(message) is list:
-            self._accept(message)
+            try:
+                self._accept(message)
+            except Exception:  # what of the chunk it did not queue is nowhere else
+                held = {id(e) for e in self._queue}
+                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
+                self._stranded = [e for e in message if id(e) not in held]
+                raise
         elif type(message) is Credit:
             if message.key in self._unsettled:  # else it left: its books went with it
                 self._unsettled[message.key] -= message.count
@@ -133,20 +158,20 @@ class GroupActor(Actor):
             self._leave(message.key)
         elif isinstance(message, End):
             self._end(message.reason)
-            return None
+            return
         if self._deferred < _MAX_DEFERRED and not self.actor_inbox.empty():
             # More mail is waiting (chunks, credit): let it accumulate and dispatch after
             # it, in fewer, larger hand-overs. The last message of a burst always
             # dispatches, so nothing waits once the mailbox is empty.
             self._deferred += 1
-            return None
+            return
         self._deferred = 0
         self._dispatch()
-        return None
+        return
 
     def _accept(self, envelopes: list[Envelope]) -> None:
         if self._ended is not None:
-            self._settle([(e, 1) for e in envelopes], self._ended)
+            self._settle([(e, 1) for e in envelopes], *self._ended)
             return
         members = self._members
         if len(members) < 2:  # one FIFO keeps per-key order for a single member
@@ -170,7 +195,7 @@ class GroupActor(Actor):
 
     def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
         if self._ended is not None:
-            self._settle(list(items), self._ended)
+            self._settle(list(items), *self._ended)
         else:
             self._retries.extend(items)
 
@@ -198,7 +223,7 @@ class GroupActor(Actor):
         else:
             self._queue.extend(keyed)
 
-    def _end(self, reason: str) -> None:
+    def _end(self, reason: str, error: str | None = None) -> None:
         items: list[tuple[Envelope, int]] = list(self._retries)
         items.extend((e, 1) for e in self._queue)
         for bucket in self._buckets.values():
@@ -206,8 +231,8 @@ class GroupActor(Actor):
         self._retries.clear()
         self._queue.clear()
         self._buckets = {m.key: deque() for m in self._members}
-        self._ended = reason
-        self._settle(items, reason)
+        self._ended = (reason, error)
+        self._settle(items, reason, error)
 
     def _settle(
         self, items: list[tuple[Envelope, int]], reason: str, error: str | None = None,
