@@ -197,7 +197,7 @@ class ProcessCell(Cell):
                 with self._lock:
                     reply = channel.asks.pop(item[1], None)
                 if reply is not None:
-                    self._settle(reply, item[2], item[3])
+                    self._settle(channel, reply, item[2], item[3])
             elif tag == wire.DONE:
                 with self._lock:
                     channel.acked(item[1])
@@ -211,7 +211,7 @@ class ProcessCell(Cell):
             elif tag == wire.EXITED:
                 channel.exited_normally = True
 
-    def _settle(self, reply: Future[Any], ok: bool, payload: bytes) -> None:
+    def _settle(self, channel: Channel, reply: Future[Any], ok: bool, payload: bytes) -> None:
         """Resolve one ask; a reply that does not load here fails that ask alone."""
         try:
             value = load(payload)
@@ -219,6 +219,9 @@ class ProcessCell(Cell):
             ok, value = False, _not_loadable(self.name, "reply", exc)
         if not ok:
             logger.info("Exception returned from %s to caller:", self._label(), exc_info=value)
+            if isinstance(value, SystemExit):
+                channel.exit_replies.append((reply, value))
+                return
         try:
             if ok:
                 reply.set_result(value)
@@ -269,6 +272,8 @@ class ProcessCell(Cell):
         for _, message in tells:
             self.dead_letter(message, reason)  # type: ignore[arg-type]
         self._report_exit(channel, crashed, error)
+        for reply, exit_error in channel.exit_replies:
+            _fail(reply, exit_error)
 
     def _report_exit(self, channel: Channel, crashed: bool, error: BaseException) -> None:
         if channel.stopping:

@@ -57,6 +57,10 @@ class Channel:
         self.start_failed = False
         self.exited_normally = False
         self.broken = False
+        # Asks a handler answered with ``SystemExit``: the child exits right after, so they
+        # resolve once its exit is handled (mail their callers send next then waits for
+        # the next incarnation instead of entering a pipe that is about to close).
+        self.exit_replies: list[tuple[Future[Any], BaseException]] = []
 
     def enqueue(self, kind: str, message: Any, payload: bytes | None, reply: Future[Any] | None) -> None:
         """Queue one item for sending (``lock`` held by the caller)."""
