@@ -93,6 +93,8 @@ class RemotePullSubscription:
 
         Raises:
             TimeoutError: nothing arrived within ``timeout`` seconds.
+            NotTransferableError: the next message holds a type that cannot cross (it
+                was dead-lettered on the server, reason ``error``); the next call goes on.
             ConnectionError: the broker went away.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
