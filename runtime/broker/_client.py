@@ -95,6 +95,11 @@ class Channel:
         self._connection: Connection | None = _open(self.address, self._authkey, connect_timeout)
 
     @property
+    def registry(self) -> TypeRegistry:
+        """The allow-list this side decodes replies with."""
+        return self._registry
+
+    @property
     def closed(self) -> bool:
         """True once `close` was called or the connection broke."""
         return self._connection is None

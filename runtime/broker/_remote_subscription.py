@@ -86,7 +86,9 @@ class RemotePullSubscription:
         self._channel = channel
         self.topic = topic
         self.group = group
-        self.id: int = channel.call("subscribe", topic, group)
+        # The server hands out only what this side's allow-list decodes; the rest is
+        # dead-lettered there and reported by `receive` (`NotTransferableError`).
+        self.id: int = channel.call("subscribe", topic, group, channel.registry.allowed)
 
     def receive(self, timeout: float | None = None) -> RemoteDelivery:
         """Block for the next delivery.

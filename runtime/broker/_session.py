@@ -75,6 +75,7 @@ class Session:
         self._prune_at = PRUNE_AT
         self._lock = threading.Lock()  # orders interrupt() against closing the socket
         self._subscriptions: dict[int, Any] = {}
+        self._readers: dict[int, TypeRegistry] = {}  # per subscription: what its client decodes
         self._deliveries: dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._operations: dict[str, Callable[..., Any]] = {
@@ -181,9 +182,14 @@ class Session:
             return "error", NotTransferableError(name, f"its reply holds a {refused}")
         return "ok", value
 
-    def _subscribe(self, name: str, group: str | None) -> int:
+    def _subscribe(self, name: str, group: str | None, reads: list[str] | None = None) -> int:
+        """Join ``group``; ``reads``: the user classes the client can decode (None: all)."""
+        if reads is not None and not (isinstance(reads, list) and all(isinstance(n, str) for n in reads)):
+            raise TypeError("subscribe: reads must be a list of qualified class names")
         subscription = self._service_topic(name).subscription(group=group)
         self._subscriptions[subscription.id] = subscription
+        if reads is not None:
+            self._readers[subscription.id] = self._registry.narrowed(reads)
         return int(subscription.id)
 
     def _receive(self, subscription_id: int, timeout: float | None) -> DeliveryFrame:
@@ -192,7 +198,7 @@ class Session:
         while True:
             receive = subscription.receive_nowait if wait <= 0 else partial(subscription.receive, wait)
             delivery = receive()
-            refused = untransferable(delivery.message, self._registry)
+            refused = untransferable(delivery.message, self._readers.get(subscription_id, self._registry))
             if refused is None:
                 return self._hand_out(delivery)
             # Dead-letter it (nothing lost, replayable once allowed) and say so to the

@@ -112,17 +112,24 @@ class TypeRegistry:
         TypeError: an ``allow`` entry is not a plain class.
     """
 
-    __slots__ = ("_types", "_user")
+    __slots__ = ("_base", "_types", "_user")
 
     def __init__(self, types: Iterable[type], allow: Iterable[type] = ()) -> None:
+        self._base = tuple(types)
         self._user = tuple(plain_class(kind) for kind in allow)
-        every = (*types, *DEFAULT_VALUE_TYPES, *self._user)
+        every = (*self._base, *DEFAULT_VALUE_TYPES, *self._user)
         self._types = {(t.__module__, t.__qualname__): t for t in every}
 
     @property
-    def allowed(self) -> tuple[type, ...]:
-        """The user's classes, as given."""
-        return self._user
+    def allowed(self) -> list[str]:
+        """The qualified names of the user's classes (what a peer sends to say what it reads)."""
+        return [f"{t.__module__}.{t.__qualname__}" for t in self._user]
+
+    def narrowed(self, names: Iterable[str]) -> TypeRegistry:
+        """This allow-list less the user classes not in ``names`` (what a peer can read)."""
+        accepted = set(names)
+        return TypeRegistry(self._base, [t for t in self._user
+                                         if f"{t.__module__}.{t.__qualname__}" in accepted])
 
     def resolve(self, module: str, name: str) -> Any:
         """The allowed object named ``module.name``.
