@@ -66,11 +66,21 @@ def wire_types(allow: Iterable[type] = ()) -> TypeRegistry:
     return TypeRegistry(types, allow)
 
 
-def untransferable(value: object, registry: TypeRegistry, depth: int = 0) -> str | None:
-    """The first type in ``value`` the other side would refuse, or None when all cross."""
+def untransferable(
+    value: object, registry: TypeRegistry, depth: int = 0, seen: set[int] | None = None
+) -> str | None:
+    """The first type in ``value`` the other side would refuse, or None when all cross.
+
+    Each object is checked once (``seen``): a frame's shared references can make a
+    32-deep structure with 2**32 paths, but never more objects than its own bytes.
+    """
     kind = type(value)
     if kind in _SCALARS:
         return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
     if depth > _MAX_DEPTH:
         return f"{kind.__qualname__} nested deeper than {_MAX_DEPTH}"
     if isinstance(value, dict):
@@ -78,7 +88,7 @@ def untransferable(value: object, registry: TypeRegistry, depth: int = 0) -> str
     elif kind in _BUILTIN_CONTAINERS:
         items = value  # type: ignore[assignment]
     elif isinstance(value, BaseException):
-        return _untransferable_error(value, registry, depth)
+        return _untransferable_error(value, registry, depth, seen)
     elif kind in registry or kind in DEFAULT_VALUE_TYPES:
         items = _parts(value)
     else:
@@ -86,7 +96,7 @@ def untransferable(value: object, registry: TypeRegistry, depth: int = 0) -> str
     if kind is not dict and isinstance(value, dict):
         return f"{kind.__module__}.{kind.__qualname__}"
     for item in items:
-        found = untransferable(item, registry, depth + 1)
+        found = untransferable(item, registry, depth + 1, seen)
         if found is not None:
             return found
     return None
@@ -105,12 +115,14 @@ def _parts(value: object) -> Iterable[object]:
     return ()
 
 
-def _untransferable_error(exc: BaseException, registry: TypeRegistry, depth: int) -> str | None:
+def _untransferable_error(
+    exc: BaseException, registry: TypeRegistry, depth: int = 0, seen: set[int] | None = None
+) -> str | None:
     kind = type(exc)
     allowed = (kind.__module__ == "builtins" and issubclass(kind, Exception)) or kind in registry
     if not allowed or getattr(exc, "__dict__", None):
         return f"{kind.__module__}.{kind.__qualname__}"
-    return untransferable(exc.args, registry, depth + 1)
+    return untransferable(exc.args, registry, depth + 1, seen)
 
 
 def transferable(value: object, registry: TypeRegistry) -> bool:

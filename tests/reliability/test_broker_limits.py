@@ -210,3 +210,29 @@ def test_a_consumer_letting_deliveries_time_out_keeps_its_session_books_bounded(
     # so they stay within twice the unexpired deliveries (or 1024); before: all 4000.
     assert books <= 2048 and books < len(received) // 2
     assert settled and stats.dead_lettered == 4000  # every one timed out: none lost
+
+
+def test_a_message_of_shared_references_reaches_a_remote_puller_at_once(
+    bus: Bus, figures: Any,  # noqa: F811
+) -> None:
+    topic = bus.create_topic("dag", ack_timeout=None)
+    value: list[Any] = []
+    for _ in range(30):
+        value = [value, value]  # 30 levels, 2**30 paths, 31 objects
+    server = bus.serve(authkey=KEY)
+    with runtime.connect(server.address, authkey=KEY) as remote:
+        pulled = remote.topic("dag").subscription(group="g")
+        topic.publish(value)
+
+        started = time.monotonic()
+        delivery = pulled.receive(timeout=30.0)
+        elapsed = time.monotonic() - started
+        delivery.ack()
+
+    depth, node = 0, delivery.message
+    while node:
+        depth, node = depth + 1, node[0]
+    figures(levels=30, received_in=round(elapsed, 3))
+    assert elapsed < 5.0  # checking every path would take minutes
+    assert depth == 30
+    assert topic.join(timeout=5.0)
