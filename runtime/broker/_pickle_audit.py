@@ -70,6 +70,8 @@ def audit(data: bytes, resolve: Callable[[str, str], Any], reducible: Callable[[
 
 
 def _walk(data: bytes, resolve: Callable[[str, str], Any], reducible: Callable[[Any], bool]) -> None:
+    # One long loop on purpose: the opcodes a pickler emits for every value are
+    # handled inline (a call per opcode would double the walk's cost); the rest below.
     stack: list[Any] = []
     memo: list[Any] = []
     unsalted = [0]
@@ -156,16 +158,7 @@ def _rare(
             raise AuditError(f"REDUCE may not call {_describe(callee)}")
         stack.append(("o", callee[1]))
     elif op in _SIZED:
-        width, signed, kind = _SIZED[op]
-        length = int.from_bytes(data[pos:pos + width], "little", signed=signed)
-        if length < 0:
-            raise ValueError("negative length")
-        start, pos = pos + width, pos + width + length
-        if kind == "long":
-            stack.append(_long_item(data[start:pos]))
-        else:
-            stack.append(data[start:pos].decode("utf-8") if kind == "text" and length <= 1024 else
-                         _SALTED if kind != "array" else _ATOM)
+        return _sized(op, data, pos, stack)
     elif op in (0x71, 0x72):  # BINPUT, LONG_BINPUT
         size = 1 if op == 0x71 else 4
         _memo_put(memo, int.from_bytes(data[pos:pos + size], "little"), stack)
@@ -174,6 +167,22 @@ def _rare(
         return _text(op, data, pos, stack, memo, resolve)
     else:
         _plain(op, stack)
+    return pos
+
+
+def _sized(op: int, data: bytes, pos: int, stack: list[Any]) -> int:
+    """Opcodes with a length-prefixed argument: long ints, texts, bytes, bytearrays."""
+    width, signed, kind = _SIZED[op]
+    length = int.from_bytes(data[pos:pos + width], "little", signed=signed)
+    if length < 0:
+        raise ValueError("negative length")
+    start, pos = pos + width, pos + width + length
+    if kind == "long":
+        stack.append(_long_item(data[start:pos]))
+    elif kind == "text" and length <= 1024:  # longer ones cannot name a global
+        stack.append(data[start:pos].decode("utf-8"))
+    else:
+        stack.append(_ATOM if kind == "array" else _SALTED)
     return pos
 
 

@@ -208,3 +208,16 @@ def test_a_class_defined_differently_on_the_sender_builds_the_servers_class(
 def test_structurally_impossible_frames_are_malformed(frame: bytes) -> None:
     with pytest.raises(FrameRefusedError):
         decode(frame, wire_types())
+
+
+@pytest.mark.parametrize("protocol", [3, 4, 5])  # the wire writes 5; 0-2 spell bytes as calls
+def test_plain_values_decode_in_protocols_3_to_5(protocol: int) -> None:
+    value = [1, -1, 2**70, "é" * 2000, b"\x00" * 300, {"k": (1.5, None, True)}, [[], {}], ()]
+    if protocol >= 4:
+        value += [{1, (2, 3)}, frozenset({"a"}), ValueError("v")]
+    if protocol == 5:
+        value.append(bytearray(b"xy"))
+
+    decoded = decode(pickle.dumps(value, protocol=protocol), wire_types())
+
+    assert repr(decoded) == repr(value)
