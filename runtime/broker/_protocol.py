@@ -2,8 +2,11 @@
 
 A request is ``(operation, args)``; a reply is ``("ok", value)`` or ``("error",
 exception)``. One request is in flight per connection. Values are builtins, the
-runtime's own message types (`Message`, `TopicStats`, `DeadLetter`, ...), the
-runtime's errors, builtin exceptions and `DeliveryFrame`.
+`datetime` types, `Decimal`, `UUID`, the runtime's own message types (`Message`,
+`TopicStats`, `DeadLetter`, ...), the runtime's errors, builtin exceptions,
+`DeliveryFrame` and the plain classes a user allowed (``allow=``). A request the
+server cannot decode is answered with `NotTransferableError`, and so is a reply
+that would not cross.
 """
 
 from __future__ import annotations

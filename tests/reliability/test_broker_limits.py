@@ -21,7 +21,7 @@ from support.reliability import figures, wait_until  # noqa: F401
 
 import runtime
 from runtime import Bus
-from runtime.errors import TopicClosedError
+from runtime.errors import SettlementError, TopicClosedError
 
 pytestmark = pytest.mark.reliability
 
@@ -200,6 +200,10 @@ def test_a_consumer_letting_deliveries_time_out_keeps_its_session_books_bounded(
             # the server's books of this connection: what it keeps for later acks
             books = max(len(session._deliveries) for session in server._sessions)
             stats = topic.stats()
+            with pytest.raises(SettlementError):  # late: told so, whether still booked or not
+                received[0].ack()
+            with pytest.raises(SettlementError):
+                received[-1].ack()
         finally:
             remote.close()
 

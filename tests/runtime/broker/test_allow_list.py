@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import pickle
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -17,6 +18,7 @@ from actors.errors import MessageNotSerializableError
 from runtime import Bus
 from runtime.broker._remote import RemoteBus, connect
 from runtime.broker._server import BusServer, serve
+from runtime.broker._wire import NotTransferableError
 from runtime.cli._endpoint import CliError, authkey
 
 KEY = b"allow-list-key"
@@ -217,3 +219,13 @@ def test_cli_reads_hex_keys_and_plain_keys(bus: Bus, monkeypatch: pytest.MonkeyP
 def test_bad_authkey_is_a_type_error(bus: Bus, key: object) -> None:
     with pytest.raises(TypeError, match="authkey"):
         serve(bus, authkey=key)  # type: ignore[arg-type]
+
+
+def test_not_transferable_error_pickles_and_is_a_type_error() -> None:
+    error = NotTransferableError("publish", "its frame is 9 bytes, over max_frame_size=8")
+
+    copy = pickle.loads(pickle.dumps(error))
+
+    assert isinstance(copy, MessageNotSerializableError) and isinstance(copy, TypeError)
+    assert copy.args == error.args
+    assert str(copy) == "broker call 'publish' refused: its frame is 9 bytes, over max_frame_size=8"
