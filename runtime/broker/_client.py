@@ -67,8 +67,9 @@ class Channel:
             the server's).
         registry: the allow-list of replies (default: the runtime's types).
         reconnect: reopen a connection the server closed while no call was in flight
-            (it ends sessions idle past its ``idle_timeout``); only for channels that hold
-            no server-side state.
+            (it ends sessions idle past its ``idle_timeout``, or pushes the idlest out
+            when full). False for channels whose session holds state (a pull
+            subscription): those see `ConnectionError` instead.
 
     Raises:
         multiprocessing.AuthenticationError: the key is wrong.
@@ -83,7 +84,7 @@ class Channel:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         registry: TypeRegistry | None = None,
-        reconnect: bool = False,
+        reconnect: bool = True,
     ) -> None:
         self.address = parse_address(address)
         self._authkey = authkey_bytes(authkey)
