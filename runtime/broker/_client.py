@@ -63,8 +63,8 @@ class Channel:
         address: the server's ``(host, port)`` or ``"host:port"``.
         authkey: the server's key (a `str` is its UTF-8 bytes).
         connect_timeout: bound of the connection and the challenge, in seconds.
-        max_frame_size: the longest request sent and reply accepted (keep it equal to
-            the server's).
+        max_frame_size: the longest reply accepted and request sent (requests are also
+            held to the server's own limit, asked for on connecting).
         registry: the allow-list of replies (default: the runtime's types).
         reconnect: reopen a connection the server closed while no call was in flight
             (it ends sessions idle past its ``idle_timeout``, or pushes the idlest out
@@ -94,6 +94,21 @@ class Channel:
         self._reconnect = reconnect
         self._lock = threading.Lock()
         self._connection: Connection | None = _open(self.address, self._authkey, connect_timeout)
+        self._max_request = max_frame_size
+        self._max_request = self._server_limit(connect_timeout)
+
+    def _server_limit(self, timeout: float) -> int:
+        """The longest request to send: ours, or the server's when that is shorter.
+
+        A frame over the server's limit would cost the connection (the server cannot
+        skip its body), so the check happens here, before sending.
+        """
+        try:
+            limits = self.call("limits", timeout=timeout)
+        except ValueError:  # a server that does not say: our own limit
+            return self._max_frame_size
+        server = limits.get("max_frame_size") if isinstance(limits, dict) else None
+        return min(self._max_frame_size, server) if isinstance(server, int) else self._max_frame_size
 
     @property
     def registry(self) -> TypeRegistry:
@@ -116,7 +131,7 @@ class Channel:
             TimeoutError: no reply in time (the connection is then closed).
             ConnectionError: the connection is closed or broke.
         """
-        payload = encode((operation, args), self._max_frame_size, operation)
+        payload = encode((operation, args), self._max_request, operation)
         with self._lock:
             connection = self._usable_connection()
             try:

@@ -81,7 +81,7 @@ class Session:
         self._operations: dict[str, Callable[..., Any]] = {
             "subscribe": self._subscribe, "receive": self._receive, "ack": self._ack,
             "nack": self._nack, "fail": self._fail, "unsubscribe": self._unsubscribe,
-            "ping": lambda: "pong",
+            "ping": lambda: "pong", "limits": lambda: {"max_frame_size": self._max_frame_size},
         }
         for name in ("topics", "stats", "publish", "publish_batch", "lease_position",
                      "lease_latest", "lease_fetch", "lease_ack", "lease_heartbeat", "stage",
