@@ -1,27 +1,22 @@
 """A walk over a frame's pickle opcodes that bounds what loading it may cost.
 
-The restricted unpickler decides which globals a frame may name; this walk decides
-what the frame may *do* with them, before a single object is built. It follows the
-unpickler's stack abstractly (the kind of each item, not its value) and refuses:
+The restricted unpickler decides which globals a frame may name; this walk decides what
+the frame may *do* with them, before any object is built. It follows the unpickler's
+stack abstractly (each item's kind, not its value) and refuses (`AuditError`):
 
-- calls (``REDUCE``) of anything but exceptions and the value types whose
-  constructors do bounded work on their arguments (`complex`, the `datetime` family,
-  `Decimal`, enums): no ``bytearray(10**9)``, ``list(range(...))`` from 68 bytes;
-- ``NEWOBJ`` of anything but an allowed class, ``BUILD`` of anything but an object the
-  frame made itself (never a class: that would rewrite the server's classes);
-- more than `MAX_UNSALTED_KEYS` set members and dict keys whose hash the sender
-  chooses. ``str`` and ``bytes`` hashes are salted per process and small ints never
-  share a hash, so they are free; big ints, floats, tuples, frozensets and objects
-  can all be made to share one, and inserting ``n`` of those costs ``n * n`` probes;
-- persistent ids, extension codes, out-of-band buffers and the protocol 0/1 class
-  opcodes ``INST`` and ``OBJ``.
+- ``REDUCE`` of anything but exceptions and constructors whose work is bounded by their
+  arguments (`complex`, the `datetime` family, `Decimal`, enums): no
+  ``bytearray(10**9)`` or ``list(range(...))`` from 68 bytes;
+- ``NEWOBJ`` of anything but a class, ``BUILD`` of anything but an object the frame
+  built (never a class: that would rewrite the server's classes);
+- more than `MAX_UNSALTED_KEYS` set members and dict keys whose hash the sender picks.
+  ``str``/``bytes`` hashes are salted per process and ints below 2**61 never share
+  one; others can all share a hash, and ``n`` of those cost ``n * n`` probes;
+- persistent ids, extension codes, out-of-band buffers, ``INST`` and ``OBJ``.
 
-Frames no pickler makes (a stack underflow, a memo index past the memo: the C
-unpickler grows its memo to the index given) are malformed: `ValueError`.
-
-The walk is one pass in Python over the opcodes, the common protocol-5 ones decoded
-inline (about 0.3 us each); what it lets through loads in time and memory
-proportional to the frame.
+Frames no pickler makes (a stack underflow, a memo index past the memo, which the C
+unpickler would grow to) raise `ValueError`: malformed. What passes loads in time and
+memory proportional to the frame.
 """
 
 from __future__ import annotations
