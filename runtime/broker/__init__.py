@@ -2,9 +2,9 @@
 
 - ``_server`` (``Bus.serve``) and ``_remote`` (``connect`` and `RemoteBus`), with
   ``_remote_subscription`` for remote pull subscriptions.
-- ``_wire``, ``_auth``, ``_protocol``, ``_client``, ``_session``: frames and the restricted
-  unpickler, the HMAC handshake, the request catalogue, the client channel and a server
-  session.
+- ``_wire``, ``_pickle_audit``, ``_auth``, ``_protocol``, ``_client``, ``_session``: frames
+  and the restricted unpickler, the opcode audit that bounds what decoding a frame costs,
+  the HMAC handshake, the request catalogue, the client channel and a server session.
 - ``_service``, ``_settle``: the calls a session serves and how remote acks settle.
 - ``_lease_log``, ``_lease_record``: Spark's replayable lease log per consumer.
 - ``_staging``, ``_staged_rows``: staged, exactly-once publishing for the Spark sink.

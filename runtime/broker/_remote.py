@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel
+from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel, authkey_bytes
+from runtime.broker._protocol import wire_types
 from runtime.broker._remote_subscription import RemotePullSubscription
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
 from runtime.core._message import Message
@@ -21,22 +22,26 @@ _PUBLISH_MARGIN = 60.0
 class RemoteBus:
     """A connection to a `BusServer` (see `runtime.connect`); thread-safe.
 
-    Values crossing the wire are limited to builtins and the runtime's own message
-    types: publish those (or use a publisher, which sends bytes `Message` objects).
-    Every pull subscription and every publisher opens a connection of its own;
-    `close()` closes them all.
+    Values crossing the wire are builtins, the `datetime` types, `Decimal`, `UUID`, the
+    runtime's own message types and the plain classes both sides list in ``allow``. A
+    call carrying anything else, or a frame over ``max_frame_size``, fails alone with
+    `NotTransferableError` (a `MessageNotSerializableError`, so a `TypeError`) naming
+    the type or the size; the connection stays usable. Every pull subscription and
+    every publisher opens a connection of its own; `close()` closes them all.
 
     Raises:
         multiprocessing.AuthenticationError: the key is wrong.
         ConnectionError: the server is unreachable or full.
+        TypeError: a bad key or ``allow`` entry.
     """
 
     def __init__(
-        self, address: Address | str, *, authkey: bytes,
+        self, address: Address | str, *, authkey: bytes | str, allow: Iterable[type] = (),
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     ) -> None:
-        self._connect_args = (address, authkey, connect_timeout, max_frame_size)
-        self._channel = self._open()
+        self._registry = wire_types(allow)
+        self._connect_args = (address, authkey_bytes(authkey), connect_timeout, max_frame_size)
+        self._channel = self._open(reconnect=True)
         self.address = self._channel.address
         self._lock = threading.Lock()
         self._children: list[Any] = []  # subscriptions, publishers, channels: closed with us
@@ -88,9 +93,10 @@ class RemoteBus:
         """True once `close` was called."""
         return self._closed
 
-    def _open(self) -> Channel:
+    def _open(self, *, reconnect: bool = False) -> Channel:
         address, authkey, connect_timeout, max_frame_size = self._connect_args
-        return Channel(address, authkey, connect_timeout=connect_timeout, max_frame_size=max_frame_size)
+        return Channel(address, authkey, connect_timeout=connect_timeout, max_frame_size=max_frame_size,
+                       registry=self._registry, reconnect=reconnect)
 
     def _adopt(self, child: Any) -> None:
         with self._lock:
@@ -146,7 +152,7 @@ class RemoteTopic:
         """
         from runtime.publisher._publisher import Publisher
 
-        channel = self._bus._open()
+        channel = self._bus._open(reconnect=True)
         self._bus._adopt(channel)
         publisher = Publisher(_BatchPath(self.name, channel), system=self._bus._actor_system(), **options)
         self._bus._adopt(publisher)
@@ -221,10 +227,12 @@ def _close(child: Any) -> None:
         pass
 
 
-def connect(address: Address | str, *, authkey: bytes, **options: Any) -> RemoteBus:
+def connect(address: Address | str, *, authkey: bytes | str, **options: Any) -> RemoteBus:
     """Connect to a bus served with ``Bus.serve``; returns a `RemoteBus`.
 
     Blocks until the HMAC challenge passed (at most ``connect_timeout`` seconds).
+    ``authkey``: bytes, or a `str` meaning its UTF-8 bytes. Options: ``allow`` (plain
+    classes that may cross, as given to ``serve``), ``connect_timeout``, ``max_frame_size``.
 
     Raises:
         multiprocessing.AuthenticationError: the key is wrong.

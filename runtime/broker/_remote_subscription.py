@@ -86,13 +86,17 @@ class RemotePullSubscription:
         self._channel = channel
         self.topic = topic
         self.group = group
-        self.id: int = channel.call("subscribe", topic, group)
+        # The server hands out only what this side's allow-list decodes; the rest is
+        # dead-lettered there and reported by `receive` (`NotTransferableError`).
+        self.id: int = channel.call("subscribe", topic, group, channel.registry.allowed)
 
     def receive(self, timeout: float | None = None) -> RemoteDelivery:
         """Block for the next delivery.
 
         Raises:
             TimeoutError: nothing arrived within ``timeout`` seconds.
+            NotTransferableError: the next message holds a type that cannot cross (it
+                was dead-lettered on the server, reason ``error``); the next call goes on.
             ConnectionError: the broker went away.
         """
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -2,8 +2,14 @@
 
 Threads, all owned by the `BusServer` and stopped by `close()`:
 - the acceptor, waiting on the listening socket (woken by a connection to itself);
-- one thread per connection, at most ``max_connections`` (more are closed at once);
-- the sweeper, expiring leases without a heartbeat and orphaned stages.
+- one thread per connection, at most ``max_connections``: when full, a new connection
+  pushes out the oldest peer still in its handshake, else the authenticated session
+  idle longest (at least `MIN_IDLE_TO_EVICT` seconds), else it is closed at once;
+- the sweeper, expiring leases without a heartbeat, orphaned stages and sessions idle
+  past ``idle_timeout``.
+
+`close()` shares one budget among every thread it joins; publishes blocked on
+backpressure give up when the server closes (see `BrokerService.close`).
 """
 
 from __future__ import annotations
@@ -12,11 +18,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from runtime.broker._client import Address, parse_address
+from runtime.broker._client import Address, authkey_bytes, parse_address
 from runtime.broker._protocol import wire_types
 from runtime.broker._service import BrokerService
 from runtime.broker._session import Session
@@ -30,6 +36,8 @@ DEFAULT_ADDRESS: Address = ("127.0.0.1", 0)
 DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_HANDSHAKE_TIMEOUT = 5.0
 DEFAULT_SWEEP_INTERVAL = 0.25
+DEFAULT_IDLE_TIMEOUT = 300.0
+MIN_IDLE_TO_EVICT = 1.0  # a client between two calls is never pushed out
 _BACKLOG = 128  # pending accepts: a burst of connects must not wait on TCP retries
 _JOIN_TIMEOUT = 5.0
 
@@ -39,36 +47,42 @@ class BusServer:
 
     Binds loopback unless another address is given. Every connection must pass the
     HMAC challenge of ``authkey`` before any frame is read; a wrong key, a garbage or
-    oversized frame, or a frame naming a disallowed global drops that connection only.
+    oversized frame drops that connection only. A frame naming a type outside the
+    allow-list fails that call alone (`NotTransferableError`).
 
     Args:
         bus: the `Bus` to serve.
         address: ``(host, port)`` to bind; port 0 picks a free port (see `address`).
-        authkey: the shared secret (non-empty bytes).
+        authkey: the shared secret (non-empty bytes; a `str` is its UTF-8 bytes).
+        allow: the user's plain classes (dataclasses, named tuples, enums) that may
+            cross besides builtins, the `datetime` types, `Decimal` and `UUID`.
         max_connections: connections served at once.
         max_frame_size: longest request frame, in bytes.
         handshake_timeout: bound of the challenge, in seconds.
+        idle_timeout: a session with no request for this long is ended (None: never).
         sweep_interval: seconds between lease/stage expiry sweeps.
         clock: the time source of leases and stages.
 
     Raises:
-        TypeError, ValueError: a bad key or limit.
+        TypeError, ValueError: a bad key, ``allow`` entry or limit.
         OSError: the address cannot be bound.
     """
 
     def __init__(
-        self, bus: Any, address: Address | str = DEFAULT_ADDRESS, *, authkey: bytes,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        self, bus: Any, address: Address | str = DEFAULT_ADDRESS, *, authkey: bytes | str,
+        allow: Iterable[type] = (), max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL, clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not isinstance(authkey, bytes) or not authkey:
-            raise TypeError("authkey must be non-empty bytes")
         if max_connections < 1 or max_frame_size < 1024:
             raise ValueError("max_connections must be >= 1 and max_frame_size >= 1024")
-        self._authkey = authkey
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be > 0 or None, got {idle_timeout!r}")
+        self._authkey = authkey_bytes(authkey)
         self._limits = (max_connections, max_frame_size, handshake_timeout)
-        self._registry = wire_types()
+        self._idle_timeout = idle_timeout
+        self._registry = wire_types(allow)
         self.service = BrokerService(bus, clock=clock)
         self._listener = Listener(parse_address(address), backlog=_BACKLOG)
         self._lock = threading.Lock()
@@ -101,20 +115,23 @@ class BusServer:
     def close(self, timeout: float = _JOIN_TIMEOUT) -> None:
         """Stop accepting, drop every connection, return leased messages; idempotent.
 
-        Blocks until the server's threads ended (at most about ``timeout`` seconds each).
+        Blocks until the server's threads ended, all of them within one budget of about
+        ``timeout`` seconds: publishes blocked on backpressure give up at once.
         """
         if self._closed.is_set():
             return
         self._closed.set()
+        deadline = time.monotonic() + timeout
+        self.service.stop_waiting()
         self._wake_acceptor()
-        self._acceptor.join(timeout)
+        self._acceptor.join(_left(deadline))
         with self._lock:
             sessions = dict(self._sessions)
         for session in sessions:
             session.interrupt()
         for thread in sessions.values():
-            thread.join(timeout)
-        self._sweeper.join(timeout)
+            thread.join(_left(deadline))
+        self._sweeper.join(_left(deadline))
         self.service.close()
 
     def _accept_loop(self) -> None:
@@ -139,7 +156,7 @@ class BusServer:
         with self._lock:
             self._sessions = {s: t for s, t in self._sessions.items() if t.is_alive()}
             live = sum(not s.evicted for s in self._sessions)
-            if live >= max_connections and not self._evict_unauthenticated():
+            if live >= max_connections and not (self._evict_unauthenticated() or self._evict_idle()):
                 logger.warning("broker: %d connections, refusing another", max_connections)
                 connection.close()
                 return
@@ -164,9 +181,26 @@ class BusServer:
                 return True
         return False
 
+    def _evict_idle(self) -> bool:
+        """Full of proven peers: end the one idle longest, if idle a while (lock held).
+
+        Idle authenticated connections cannot lock other clients out for good; a client
+        that is pushed out and calls again reconnects (`Channel` ``reconnect``).
+        """
+        now = time.monotonic()
+        idle = [(s.idle_for(now), s) for s in self._sessions if s.authenticated and not s.evicted]
+        longest = max(idle, key=lambda pair: pair[0], default=None)
+        if longest is None or longest[0] < MIN_IDLE_TO_EVICT:
+            return False
+        logger.info("broker: full, ending a session idle for %.1fs", longest[0])
+        longest[1].evicted = True
+        longest[1].interrupt()
+        return True
+
     def _sweep_loop(self, interval: float) -> None:
         while not self._closed.wait(interval):
             self._end_overdue_handshakes()
+            self._end_idle_sessions()
             try:
                 self.service.sweep()
             except Exception:  # keep sweeping: one bad topic must not stop expiry
@@ -178,6 +212,17 @@ class BusServer:
         with self._lock:
             overdue = [s for s, t in self._sessions.items() if t.is_alive() and s.overdue(now)]
         for session in overdue:
+            session.interrupt()
+
+    def _end_idle_sessions(self) -> None:
+        if self._idle_timeout is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            idle = [s for s, t in self._sessions.items()
+                    if t.is_alive() and s.idle_for(now) > self._idle_timeout]
+        for session in idle:
+            logger.info("broker: ending a session idle past idle_timeout=%ss", self._idle_timeout)
             session.interrupt()
 
     def _wake_acceptor(self) -> None:
@@ -199,7 +244,13 @@ class BusServer:
         return f"<BusServer {self.address[0]}:{self.address[1]} {state}>"
 
 
-def serve(bus: Any, address: Address | str = DEFAULT_ADDRESS, *, authkey: bytes, **limits: Any) -> BusServer:
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.0)
+
+
+def serve(
+    bus: Any, address: Address | str = DEFAULT_ADDRESS, *, authkey: bytes | str, **limits: Any
+) -> BusServer:
     """Serve ``bus`` to other processes; the body of ``Bus.serve``.
 
     Returns at once with the running `BusServer` (``server.address``, ``server.close()``).

@@ -20,7 +20,7 @@ from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows
 from runtime.broker._staging import StagingArea
 from runtime.core._message import Message
-from runtime.errors import TopicNotFoundError
+from runtime.errors import TopicClosedError, TopicNotFoundError, WouldBlock
 
 __all__ = ["BrokerService"]
 
@@ -30,6 +30,8 @@ _PUBLISH_CHUNK = 1000
 DEFAULT_PUBLISH_TIMEOUT = 60.0
 ERROR_REASON = "error"
 LEASE_PREFETCH = 1024
+# A blocked remote publish re-checks this often whether the server is closing.
+WAIT_SLICE = 0.1
 
 LeaseKey = tuple[str, str, str]
 
@@ -72,6 +74,7 @@ class BrokerService:
         self._publish_timeout = publish_timeout
         self._clock = clock
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._leases: dict[LeaseKey, LeaseLog] = {}
         self._staging: StagingArea[StagedRows] = StagingArea(clock=clock)
 
@@ -95,9 +98,29 @@ class BrokerService:
         self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
         timeout: float | None,
     ) -> str:
-        """``topic.publish``; returns the message id."""
-        report = self._bus.topic(name).publish(message, key=key, attributes=attributes, timeout=timeout)
-        return str(report.message_id)
+        """``topic.publish``; returns the message id.
+
+        Waits on backpressure in slices, so a server that closes releases it at once
+        (`TopicClosedError`; the message was not published).
+        """
+        topic = self._bus.topic(name)
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            remaining = None if deadline is None else max(deadline - self._clock(), 0.0)
+            wait = WAIT_SLICE if remaining is None else min(remaining, WAIT_SLICE)
+            try:
+                report = topic.publish(message, key=key, attributes=attributes, timeout=wait)
+            except WouldBlock:
+                if self._stopping.is_set():
+                    raise TopicClosedError(name) from None
+                if remaining is not None and remaining <= WAIT_SLICE:
+                    raise
+                continue
+            return str(report.message_id)
+
+    def stop_waiting(self) -> None:
+        """The server is closing: blocked publishes give up (`TopicClosedError`)."""
+        self._stopping.set()
 
     def dead_letters(self, name: str) -> list[Any]:
         """A snapshot of topic ``name``'s dead letters, oldest first."""
@@ -224,8 +247,20 @@ class BrokerService:
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
         for future in futures:
-            ids += future.result(timeout=max(deadline - self._clock(), 0.0))
+            ids += self._result(future, deadline, str(getattr(topic, "name", "")))
         return ids
+
+    def _result(self, future: Future[list[str]], deadline: float, name: str) -> list[str]:
+        """``future.result()`` by `WAIT_SLICE`, given up when the server is closing."""
+        while True:
+            remaining = max(deadline - self._clock(), 0.0)
+            try:
+                return future.result(timeout=min(remaining, WAIT_SLICE))
+            except TimeoutError:
+                if remaining <= WAIT_SLICE:
+                    raise
+                if self._stopping.is_set():
+                    raise TopicClosedError(name) from None
 
 
 def _reject_delivery(delivery: LeasedDelivery, error: str) -> None:

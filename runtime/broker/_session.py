@@ -21,9 +21,17 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from runtime.broker._auth import authenticate_server
-from runtime.broker._protocol import DeliveryFrame, transferable, wire_error
+from runtime.broker._protocol import DeliveryFrame, untransferable, wire_error
 from runtime.broker._service import BrokerService, fail_delivery
-from runtime.broker._wire import FrameRefusedError, TypeRegistry, read_frame, write_frame
+from runtime.broker._wire import (
+    FrameRefusedError,
+    MalformedFrameError,
+    NotTransferableError,
+    TypeRegistry,
+    decode,
+    encode,
+)
+from runtime.errors import SettlementError
 
 __all__ = ["Session"]
 
@@ -32,6 +40,9 @@ logger = logging.getLogger(__name__)
 # Longest a receive holds the connection; the client repeats it for longer waits.
 RECEIVE_SLICE = 1.0
 LOST_REASON = "connection lost"
+# Handed-out deliveries the server settled itself (deadline, close) are forgotten once
+# the books pass this size, so a consumer that never acks cannot grow them unbounded.
+PRUNE_AT = 1024
 
 
 class Session:
@@ -58,15 +69,19 @@ class Session:
         self._handshake_timeout = handshake_timeout
         self.authenticated = False
         self.evicted = False
+        self.busy = False  # serving a request; never evicted then
         self.handshake_deadline = time.monotonic() + handshake_timeout
+        self.last_active = time.monotonic()
+        self._prune_at = PRUNE_AT
         self._lock = threading.Lock()  # orders interrupt() against closing the socket
         self._subscriptions: dict[int, Any] = {}
+        self._readers: dict[int, TypeRegistry] = {}  # per subscription: what its client decodes
         self._deliveries: dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._operations: dict[str, Callable[..., Any]] = {
             "subscribe": self._subscribe, "receive": self._receive, "ack": self._ack,
             "nack": self._nack, "fail": self._fail, "unsubscribe": self._unsubscribe,
-            "ping": lambda: "pong",
+            "ping": lambda: "pong", "limits": lambda: {"max_frame_size": self._max_frame_size},
         }
         for name in ("topics", "stats", "publish", "publish_batch", "lease_position",
                      "lease_latest", "lease_fetch", "lease_ack", "lease_heartbeat", "stage",
@@ -89,13 +104,18 @@ class Session:
             self._serve()
         except (EOFError, OSError):
             pass  # closed by the peer, by the server, or an oversized frame
-        except FrameRefusedError as exc:
+        except MalformedFrameError as exc:
             logger.warning("broker: connection dropped: %s", exc)
         finally:
             self._end()
 
     def _proven(self) -> None:
         self.authenticated = True
+        self.last_active = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the session last served a request (0 while it serves one)."""
+        return 0.0 if self.busy or not self.authenticated else max(now - self.last_active, 0.0)
 
     def overdue(self, now: float) -> bool:
         """True while still unauthenticated past the handshake deadline.
@@ -123,11 +143,31 @@ class Session:
 
     def _serve(self) -> None:
         while True:
-            request = read_frame(self.connection, self._registry, self._max_frame_size)
-            if not (isinstance(request, tuple) and len(request) == 2
-                    and isinstance(request[0], str) and isinstance(request[1], tuple)):
-                raise FrameRefusedError("frame refused: not a request")
-            write_frame(self.connection, self._answer(*request))
+            data = self.connection.recv_bytes(self._max_frame_size)
+            self.busy = True
+            try:
+                self.connection.send_bytes(self._reply_to(data))
+            finally:
+                self.last_active = time.monotonic()
+                self.busy = False
+
+    def _reply_to(self, data: bytes) -> bytes:
+        """The encoded reply to one request frame; a refused frame fails alone."""
+        try:
+            request = decode(data, self._registry)
+        except MalformedFrameError:
+            raise
+        except FrameRefusedError as exc:  # read whole, so the stream is still in step
+            logger.info("broker: request refused: %s", exc)
+            return encode(("error", NotTransferableError("", str(exc))))
+        if not (isinstance(request, tuple) and len(request) == 2
+                and isinstance(request[0], str) and isinstance(request[1], tuple)):
+            raise MalformedFrameError("frame refused: not a request")
+        name, args = request
+        try:
+            return encode(self._answer(name, args), self._max_frame_size, name)
+        except NotTransferableError as exc:
+            return encode(("error", exc))
 
     def _answer(self, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
         operation = self._operations.get(name)
@@ -137,13 +177,19 @@ class Session:
             value = operation(*args)
         except Exception as exc:  # the client gets the error; the connection stays up
             return "error", wire_error(exc, self._registry)
-        if not transferable(value, self._registry):
-            return "error", TypeError(f"the reply of {name!r} cannot cross the broker")
+        refused = untransferable(value, self._registry)
+        if refused is not None:
+            return "error", NotTransferableError(name, f"its reply holds a {refused}")
         return "ok", value
 
-    def _subscribe(self, name: str, group: str | None) -> int:
+    def _subscribe(self, name: str, group: str | None, reads: list[str] | None = None) -> int:
+        """Join ``group``; ``reads``: the user classes the client can decode (None: all)."""
+        if reads is not None and not (isinstance(reads, list) and all(isinstance(n, str) for n in reads)):
+            raise TypeError("subscribe: reads must be a list of qualified class names")
         subscription = self._service_topic(name).subscription(group=group)
         self._subscriptions[subscription.id] = subscription
+        if reads is not None:
+            self._readers[subscription.id] = self._registry.narrowed(reads)
         return int(subscription.id)
 
     def _receive(self, subscription_id: int, timeout: float | None) -> DeliveryFrame:
@@ -152,28 +198,51 @@ class Session:
         while True:
             receive = subscription.receive_nowait if wait <= 0 else partial(subscription.receive, wait)
             delivery = receive()
-            if transferable(delivery.message, self._registry):
+            refused = untransferable(delivery.message, self._readers.get(subscription_id, self._registry))
+            if refused is None:
                 return self._hand_out(delivery)
-            fail_delivery(delivery, f"a {type(delivery.message).__qualname__} message "
-                                    "cannot cross the broker")
+            # Dead-letter it (nothing lost, replayable once allowed) and say so to the
+            # puller at once rather than leave it waiting blind for the next one.
+            error = f"its message holds a {refused}, which cannot cross the broker"
+            fail_delivery(delivery, error)
+            raise NotTransferableError(
+                "receive", f"message {delivery.message_id}: {error} "
+                "(dead-lettered on the server, reason 'error'; allow= the class to let it cross)")
 
     def _hand_out(self, delivery: Any) -> DeliveryFrame:
         token = next(self._tokens)
         self._deliveries[token] = delivery
+        if len(self._deliveries) >= self._prune_at:
+            self._prune()
         return DeliveryFrame(
             token=token, message=delivery.message, message_id=delivery.message_id,
             topic=delivery.topic, subscriber_id=delivery.subscriber_id, group=delivery.group,
             key=delivery.key, attributes=dict(delivery.attributes or {}), attempt=delivery.attempt,
         )
 
+    def _prune(self) -> None:
+        """Forget deliveries the server settled (deadline passed, topic closed).
+
+        The next prune waits until the books doubled past what stayed, so handing out
+        costs O(1) amortised however many deliveries the consumer keeps unsettled.
+        """
+        self._deliveries = {t: d for t, d in self._deliveries.items() if d.pending}
+        self._prune_at = max(PRUNE_AT, 2 * len(self._deliveries))
+
+    def _settling(self, token: int) -> Any:
+        delivery = self._deliveries.pop(token, None)
+        if delivery is None:
+            raise SettlementError(f"token {token}", "settled by the server: ack deadline passed")
+        return delivery
+
     def _ack(self, token: int) -> None:
-        self._deliveries.pop(token).ack()
+        self._settling(token).ack()
 
     def _nack(self, token: int, reason: str) -> None:
-        self._deliveries.pop(token).nack(reason)
+        self._settling(token).nack(reason)
 
     def _fail(self, token: int, error: str) -> None:
-        fail_delivery(self._deliveries.pop(token), error)
+        fail_delivery(self._settling(token), error)
 
     def _unsubscribe(self, subscription_id: int) -> None:
         subscription = self._subscriptions.pop(subscription_id, None)

@@ -1,27 +1,43 @@
-"""Frames on the broker connection: pickle out, a restricted unpickler in.
+"""Frames on the broker connection: pickle out, an audited, restricted unpickler in.
 
 Every frame is one pickle of builtin values (``None``, numbers, strings, bytes and the
-builtin containers), builtin exceptions and the runtime's own message types. The
-decoder resolves globals against an allow-list only, so a frame that names any other
-callable (``os.system``, ``subprocess.Popen``, ``builtins.eval``, an arbitrary class) is
-refused before anything runs: an authenticated peer still cannot execute code.
+builtin containers), exceptions, the value types `datetime`, `date`, `time`,
+`timedelta`, `timezone`, `Decimal` and `UUID`, the runtime's own message types and the
+plain classes (dataclasses, named tuples, enums) a user allowed by qualified name.
+The decoder resolves globals against that allow-list only, and `_pickle_audit` walks
+the opcodes first, so a frame can neither name any other callable (``os.system``,
+``builtins.eval``, an arbitrary class) nor make loading cost more than its own size
+(no ``bytearray(10**9)`` from 68 bytes, no hash-colliding sets): an authenticated peer
+still cannot execute code or freeze the process.
 
-Frames are bounded: a peer announcing a longer frame than ``max_frame_size`` is dropped
-by `multiprocessing.connection` before the body is read.
+Frames are bounded: a sender checks ``max_frame_size`` before sending; a peer
+announcing a longer frame is dropped by `multiprocessing.connection` before the body
+is read.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import datetime
+import enum
 import io
 import pickle
+import uuid
 from collections.abc import Iterable
+from decimal import Decimal
 from multiprocessing.connection import Connection
 from typing import Any
 
+from actors.errors import MessageNotSerializableError
+from runtime.broker._pickle_audit import AuditError, audit
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_VALUE_TYPES",
     "FrameRefusedError",
+    "MalformedFrameError",
+    "NotTransferableError",
     "TypeRegistry",
     "read_frame",
     "write_frame",
@@ -29,35 +45,91 @@ __all__ = [
 
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 _PROTOCOL = 5
-_SAFE_BUILTINS = frozenset({
-    "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list",
-    "range", "set", "slice", "str", "tuple",
-})
+DEFAULT_VALUE_TYPES: tuple[type, ...] = (
+    datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone,
+    Decimal, uuid.UUID,
+)
+# Constructors REDUCE may call: their work is bounded by the frame's own bytes.
+_REDUCIBLE_VALUES = frozenset({complex, *DEFAULT_VALUE_TYPES})
 
 
 class FrameRefusedError(pickle.UnpicklingError):
-    """A frame named a global outside the allow-list, or was not a pickle at all."""
+    """A frame named a global outside the allow-list or broke the audit's rules."""
+
+
+class MalformedFrameError(FrameRefusedError):
+    """A frame was not a pickle at all, or not a request (its sender is dropped)."""
+
+
+class NotTransferableError(MessageNotSerializableError):
+    """A broker call carried a value or a frame the connection refuses; nothing was done.
+
+    ``args`` are ``(operation, reason)``; the reason names the type or the size.
+    """
+
+    def __init__(self, operation: str = "", reason: str = "") -> None:
+        super().__init__(operation, reason)
+
+    def __str__(self) -> str:
+        operation, reason = self.args
+        return f"broker call {operation!r} refused: {reason}"
 
 
 def _builtin_allowed(name: str) -> bool:
-    if name in _SAFE_BUILTINS:
+    if name == "complex":
         return True
     value = getattr(builtins, name, None)
-    return isinstance(value, type) and issubclass(value, BaseException)
+    return isinstance(value, type) and issubclass(value, Exception)
+
+
+def plain_class(kind: object) -> type:
+    """``kind`` when a user may allow it (a dataclass, named tuple or enum by qualified name).
+
+    Raises:
+        TypeError: anything else, or a class the other side cannot import by name.
+    """
+    plain = isinstance(kind, type) and (
+        dataclasses.is_dataclass(kind) or issubclass(kind, enum.Enum)
+        or (issubclass(kind, tuple) and hasattr(kind, "_fields")))
+    if not plain:
+        raise TypeError(f"allow= takes dataclasses, named tuples and enums, got {kind!r}")
+    assert isinstance(kind, type)
+    if "<locals>" in kind.__qualname__:
+        raise TypeError(f"allow=: {kind.__qualname__} is defined inside a function; "
+                        "define it at module level so both sides import it by name")
+    return kind
 
 
 class TypeRegistry:
     """The classes a frame may name besides the safe builtins (immutable once built).
 
     Args:
-        types: classes whose instances may cross the wire (the runtime's messages,
-            stats, dead letters and errors).
+        types: the runtime's classes whose instances may cross (messages, stats,
+            dead letters, errors).
+        allow: the user's plain classes (see `plain_class`).
+
+    Raises:
+        TypeError: an ``allow`` entry is not a plain class.
     """
 
-    __slots__ = ("_types",)
+    __slots__ = ("_base", "_types", "_user")
 
-    def __init__(self, types: Iterable[type]) -> None:
-        self._types = {(t.__module__, t.__qualname__): t for t in types}
+    def __init__(self, types: Iterable[type], allow: Iterable[type] = ()) -> None:
+        self._base = tuple(types)
+        self._user = tuple(plain_class(kind) for kind in allow)
+        every = (*self._base, *DEFAULT_VALUE_TYPES, *self._user)
+        self._types = {(t.__module__, t.__qualname__): t for t in every}
+
+    @property
+    def allowed(self) -> list[str]:
+        """The qualified names of the user's classes (what a peer sends to say what it reads)."""
+        return [f"{t.__module__}.{t.__qualname__}" for t in self._user]
+
+    def narrowed(self, names: Iterable[str]) -> TypeRegistry:
+        """This allow-list less the user classes not in ``names`` (what a peer can read)."""
+        accepted = set(names)
+        return TypeRegistry(self._base, [t for t in self._user
+                                         if f"{t.__module__}.{t.__qualname__}" in accepted])
 
     def resolve(self, module: str, name: str) -> Any:
         """The allowed object named ``module.name``.
@@ -69,11 +141,20 @@ class TypeRegistry:
             return getattr(builtins, name)
         found = self._types.get((module, name))
         if found is None:
-            raise FrameRefusedError(f"frame refused: global {module}.{name} is not allowed")
+            raise FrameRefusedError(f"{module}.{name} is not on the broker's allow-list "
+                                    "(plain classes can be added with allow=)")
         return found
 
+    def reducible(self, target: Any) -> bool:
+        """Whether a frame may call ``target`` (exceptions, bounded value constructors, enums)."""
+        if not isinstance(target, type):
+            return False
+        if issubclass(target, Exception) or target in _REDUCIBLE_VALUES:
+            return True
+        return issubclass(target, enum.Enum) and target in self
+
     def __contains__(self, kind: type) -> bool:
-        return (kind.__module__, kind.__qualname__) in self._types
+        return self._types.get((kind.__module__, kind.__qualname__)) is kind
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -85,26 +166,42 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self._registry.resolve(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
-        raise FrameRefusedError("frame refused: persistent ids are not allowed")
+        raise FrameRefusedError("persistent ids are not allowed")
 
 
 def decode(data: bytes, registry: TypeRegistry) -> Any:
-    """Unpickle ``data`` with the allow-list of ``registry``.
+    """Audit ``data``, then unpickle it with the allow-list of ``registry``.
 
     Raises:
-        FrameRefusedError: a disallowed global, or bytes that are not a valid pickle.
+        FrameRefusedError: a disallowed global or operation (the text says which).
+        MalformedFrameError: bytes that are not a valid pickle.
     """
     try:
+        audit(data, registry.resolve, registry.reducible)
         return _RestrictedUnpickler(data, registry).load()
     except FrameRefusedError:
         raise
+    except AuditError as exc:
+        raise FrameRefusedError(str(exc)) from None
     except Exception as exc:  # any malformed pickle: truncated, bad opcode, bad state
-        raise FrameRefusedError(f"frame refused: not a valid frame ({exc!r})") from exc
+        raise MalformedFrameError(f"not a valid frame ({exc!r})") from exc
 
 
-def encode(value: object) -> bytes:
-    """Pickle ``value`` for the wire (protocol 5)."""
-    return pickle.dumps(value, protocol=_PROTOCOL)
+def encode(value: object, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, operation: str = "") -> bytes:
+    """Pickle ``value`` for the wire (protocol 5) and check its size.
+
+    Raises:
+        NotTransferableError: ``value`` does not pickle, or its frame is longer than
+            ``max_frame_size``.
+    """
+    try:
+        data = pickle.dumps(value, protocol=_PROTOCOL)
+    except Exception as exc:  # PicklingError, TypeError, AttributeError: all say what
+        raise NotTransferableError(operation, f"cannot pickle it: {exc}") from exc
+    if len(data) > max_frame_size:
+        raise NotTransferableError(
+            operation, f"its frame is {len(data)} bytes, over max_frame_size={max_frame_size}")
+    return data
 
 
 def read_frame(connection: Connection, registry: TypeRegistry, max_frame_size: int) -> Any:
@@ -113,7 +210,7 @@ def read_frame(connection: Connection, registry: TypeRegistry, max_frame_size: i
     Raises:
         EOFError: the peer closed the connection.
         OSError: the frame is longer than ``max_frame_size`` (the connection is closed).
-        FrameRefusedError: the frame is not an allowed pickle.
+        FrameRefusedError: the frame is not an allowed pickle (the stream stays in step).
     """
     return decode(connection.recv_bytes(max_frame_size), registry)
 

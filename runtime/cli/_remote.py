@@ -59,7 +59,8 @@ def connect(args: argparse.Namespace) -> Any:
     try:
         return connect_remote(where, authkey=key)
     except AuthenticationError:
-        raise CliError(f"the broker at {args.address} refused the key in ${args.authkey_env}") from None
+        raise CliError(f"the broker at {args.address} refused the key in ${args.authkey_env} "
+                       "(a value 'hex:<digits>' means those bytes, any other its UTF-8 text)") from None
 
 
 def run_stats(args: argparse.Namespace) -> int:

@@ -27,7 +27,8 @@ topics file (TOML):
   [topics.revenue]
 
 example:
-  export ACTORBUS_AUTHKEY=$(python -c 'import secrets; print(secrets.token_hex(16))')
+  export ACTORBUS_AUTHKEY=hex:$(python -c 'import secrets; print(secrets.token_hex(16))')
+  (a value 'hex:<digits>' is those bytes; any other value is its UTF-8 bytes)
   actorbus serve topics.toml --address 127.0.0.1:7250 --metrics-port 9464
 """
 

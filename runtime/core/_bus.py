@@ -153,12 +153,14 @@ class Bus:
         held = {name: topic.held_by() for name, topic in list(self._topics.items())}
         return {name: text for name, text in held.items() if text is not None}
 
-    def serve(self, address: tuple[str, int] | str = ("127.0.0.1", 0), *, authkey: bytes,
+    def serve(self, address: tuple[str, int] | str = ("127.0.0.1", 0), *, authkey: bytes | str,
               **limits: Any) -> BusServer:
         """Serve this bus to other processes: the broker endpoint (``runtime.broker``).
 
         Binds loopback unless told otherwise; peers must pass the HMAC challenge with
-        ``authkey`` before any data. Does not block; the bus closes the server on close.
+        ``authkey`` (a `str` is its UTF-8 bytes) before any data. ``allow=(Order, ...)``
+        lets those plain classes cross; see `BusServer` for the other limits. Does not
+        block; the bus closes the server on close.
         """
         from runtime.broker._server import serve
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from actors.errors import MessageNotSerializableError
 from runtime import Bus, Message
 from runtime.broker._client import Channel
 from runtime.broker._remote import RemoteBus, connect
@@ -118,21 +119,23 @@ def test_disconnect_returns_unsettled_deliveries(bus: Bus, server: BusServer) ->
     assert redelivered.attempt == 2
 
 
-def test_untransferable_message_is_dead_lettered_with_reason_error(
+def test_untransferable_message_is_dead_lettered_and_the_puller_told(
     bus: Bus, remote: RemoteBus
 ) -> None:
     topic = bus.create_topic("plain")
     subscription = remote.topic("plain").subscription(group="billing")
-    topic.publish(object())
+    refused_id = topic.publish(object()).message_id
     topic.publish("fine")
 
+    with pytest.raises(MessageNotSerializableError, match=f"{refused_id}.*builtins.object"):
+        subscription.receive(timeout=5)
     delivery = subscription.receive(timeout=5)
     delivery.ack()
 
     assert delivery.message == "fine"
     assert topic.join(timeout=5)
     letters = list(topic.dead_letters)
-    assert [dl.reason for dl in letters] == ["error"]
+    assert [(dl.message_id, dl.reason) for dl in letters] == [(refused_id, "error")]
     assert "cannot cross the broker" in (letters[0].error or "")
 
 
