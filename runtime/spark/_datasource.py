@@ -8,6 +8,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA, check_sink_schema
+from runtime.spark._listener import AckOnProgress
 from runtime.spark._options import SinkOptions, SourceOptions
 from runtime.spark._sink import ActorbusBatchWriter, ActorbusStreamWriter
 from runtime.spark._source import ActorbusStreamReader
@@ -44,6 +45,17 @@ class ActorbusDataSource(DataSource):
         return ActorbusBatchWriter(options)
 
 
+_LISTENER = "_actorbus_ack_listener"
+
+
 def register(spark: Any) -> None:
-    """Register the ``actorbus`` format with ``spark`` (a `SparkSession`); idempotent."""
+    """Register the ``actorbus`` format with ``spark`` (a `SparkSession`); idempotent.
+
+    Also adds the listener that acks each query's last committed batch (see
+    `runtime.spark._listener`).
+    """
     spark.dataSource.register(ActorbusDataSource)
+    if getattr(spark, _LISTENER, None) is None:
+        listener = AckOnProgress()
+        spark.streams.addListener(listener)
+        setattr(spark, _LISTENER, listener)
