@@ -9,7 +9,13 @@ from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA, check_sink_schema
 from runtime.spark._listener import AckOnProgress
-from runtime.spark._options import SinkOptions, SourceOptions
+from runtime.spark._options import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SinkOptions,
+    SourceOptions,
+    refuse_unknown,
+)
 from runtime.spark._sink import ActorbusBatchWriter, ActorbusStreamWriter
 from runtime.spark._source import ActorbusStreamReader
 
@@ -25,7 +31,8 @@ class ActorbusDataSource(DataSource):
         return "actorbus"
 
     def schema(self) -> str:
-        """The source's columns."""
+        """The source's columns; refuses options neither side knows (at ``load()``)."""
+        refuse_unknown(self.options, SOURCE_OPTIONS | SINK_OPTIONS, "format")
         return SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> ActorbusStreamReader:
