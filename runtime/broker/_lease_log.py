@@ -111,6 +111,13 @@ class LeaseLog:
             self._beat()
             return self._base
 
+    def renew(self, lease_seconds: float) -> None:
+        """Take the consumer's current ``lease_seconds`` (a restarted query may change it)."""
+        if lease_seconds > 0 and lease_seconds != self._lease_seconds:
+            with self._lock:
+                self._lease_seconds = lease_seconds
+                self._beat()
+
     def heartbeat(self) -> None:
         """Extend every lease by ``lease_seconds`` from now."""
         with self._lock:

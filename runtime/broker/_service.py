@@ -230,7 +230,8 @@ class BrokerService:
                     clock=self._clock,
                 )
                 self._leases[key] = log
-            return log
+        log.renew(float(lease_seconds))
+        return log
 
     def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
         batch: list[Message] = []

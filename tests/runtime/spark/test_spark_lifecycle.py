@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,3 +175,35 @@ def test_an_unknown_option_is_refused_by_name(spark: Any, broker: Any) -> None:
 
     with pytest.raises(Exception, match=r"unknown option.*'max_message_per_batch'"):
         reader.load()
+
+
+@pytest.mark.parametrize("leases", ["live", "expired"])
+def test_a_killed_driver_restarts_without_loss_or_duplicates(
+    spark: Any, broker: Any, tmp_path: Path, leases: str
+) -> None:
+    name = f"kill-{leases}-{next(_names)}"
+    bus, server = broker()
+    source, sink = topics(bus, name, max_delivery_attempts=3)
+    data = payloads("m", 100)
+    data[70] = b"stall"  # the driver blocks in batch 3 (offsets 60-80): planned, not committed
+    publish(source, data)
+    lease = "30" if leases == "live" else "2"
+    marker, checkpoint = tmp_path / "stalled", tmp_path / "ck"
+    address = f"{server.address[0]}:{server.address[1]}"
+    driver = subprocess.Popen(
+        [sys.executable, str(DRIVER), address, source.name, sink.name, str(checkpoint), str(marker),
+         lease], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(marker.exists, timeout=180, poll=0.1), "the driver never reached batch 3"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    if leases == "expired":  # batch 3's leases go back to the group
+        assert wait_until(lambda: source.stats().redelivered >= 20, timeout=60, poll=0.1)
+
+    finish(query(spark, server, name, checkpoint, {"availableNow": True},
+                 max_messages_per_batch=20, lease_seconds=lease))
+
+    assert sorted(m.data for m in drain(sink)) == sorted(p.upper() for p in data)
+    assert source.join(timeout=10)
+    assert (source.stats().delivered, len(source.dead_letters)) == (100, 0)
