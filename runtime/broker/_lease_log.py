@@ -91,10 +91,10 @@ class LeaseLog:
         self._settling = threading.Lock()  # one bulk ack at a time (hand-over buffers)
         self._source: LeaseSource | None = None
         # _records[i] and _deliveries[i] are offset _base + i; everything below _base is
-        # acked or released.
+        # acked or released. A None delivery was acked out of order (`ack_range`).
         self._base = 0
         self._records: list[LeaseRecord] = []
-        self._deliveries: list[LeasedDelivery] = []
+        self._deliveries: list[LeasedDelivery | None] = []
         # [start, end) ranges whose records went back to the group, oldest first.
         self._released: list[tuple[int, int]] = []
         self._deadline = clock() + lease_seconds
@@ -186,7 +186,7 @@ class LeaseLog:
             with self._lock:
                 self._beat()
                 count = min(max(offset - self._base, 0), len(self._records))
-                done = self._deliveries[:count]
+                done = [d for d in self._deliveries[:count] if d is not None]
                 del self._records[:count], self._deliveries[:count]
                 self._base += count
                 position = self._base
@@ -197,6 +197,25 @@ class LeaseLog:
                            "(ack deadline or close); the topic redelivered or dead-lettered "
                            "them", late, len(done))
         return position, late
+
+    def ack_range(self, start: int, end: int) -> int:
+        """Ack the held records of ``[start, end)`` only (a batch read's task finished
+        its range); returns how many had settled before the ack (see `ack`).
+
+        The position moves up over every acked record at its head.
+        """
+        with self._settling:
+            with self._lock:
+                self._beat()
+                first = max(start - self._base, 0)
+                last = max(min(end - self._base, len(self._records)), first)
+                held = self._deliveries
+                done = [d for d in held[first:last] if d is not None]
+                held[first:last] = [None] * (last - first)
+                head = next((i for i, d in enumerate(held) if d is not None), len(held))
+                del self._records[:head], held[:head]
+                self._base += head
+            return self._ack_many(done) if done else 0
 
     def expire(self) -> int:
         """Release everything when the lease ran out; return how many records went back."""
@@ -241,11 +260,12 @@ class LeaseLog:
 
     def _release(self) -> int:
         source, self._source = self._source, None
-        held, self._deliveries, self._records = self._deliveries, [], []
-        if held:
-            self._released.append((self._base, self._base + len(held)))
+        deliveries, self._deliveries, self._records = self._deliveries, [], []
+        if deliveries:
+            self._released.append((self._base, self._base + len(deliveries)))
             del self._released[:-_RELEASED_RANGES]
-        self._base += len(held)
+        self._base += len(deliveries)
+        held = [d for d in deliveries if d is not None]
         # Leave the group first, so the returned messages cannot come back to us.
         if source is not None:
             _settle(source.unsubscribe)

@@ -143,6 +143,12 @@ class BrokerService:
         position, late = self._lease(name, group, consumer, lease_seconds).ack(offset)
         return {"position": position, "late": late}
 
+    def lease_ack_range(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
+    ) -> int:
+        """Ack the leased records of ``[start, end)`` only; returns those that were late."""
+        return self._lease(name, group, consumer, lease_seconds).ack_range(start, end)
+
     def lease_target(
         self, name: str, group: str, consumer: str, lease_seconds: float, start: int
     ) -> dict[str, int]:

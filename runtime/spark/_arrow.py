@@ -53,6 +53,8 @@ def check_sink_schema(schema: StructType, error_column: str | None) -> None:
         raise ValueError("actorbus sink: a 'payload' column of binary or string type is required")
     if "key" in fields and not isinstance(fields["key"], StringType):
         raise ValueError("actorbus sink: column 'key' must be a string")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise ValueError("actorbus sink: column 'topic' must be a string (the row's topic)")
     attributes = fields.get("attributes")
     if attributes is not None and not (
         isinstance(attributes, MapType) and isinstance(attributes.keyType, StringType)

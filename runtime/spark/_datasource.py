@@ -8,6 +8,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA, check_sink_schema
+from runtime.spark._batch_source import ActorbusBatchReader, batch_options
 from runtime.spark._listener import AckOnProgress
 from runtime.spark._options import (
     SINK_OPTIONS,
@@ -34,6 +35,10 @@ class ActorbusDataSource(DataSource):
         """The source's columns; refuses options neither side knows (at ``load()``)."""
         refuse_unknown(self.options, SOURCE_OPTIONS | SINK_OPTIONS, "format")
         return SOURCE_SCHEMA
+
+    def reader(self, schema: StructType) -> ActorbusBatchReader:
+        """The batch source (see `ActorbusBatchReader`)."""
+        return ActorbusBatchReader(batch_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> ActorbusStreamReader:
         """The streaming source (see `ActorbusStreamReader`)."""

@@ -42,7 +42,9 @@ from runtime.spark._arrow import record_batch
 from runtime.spark._heartbeat import Heartbeat
 from runtime.spark._options import DEFAULT_FETCH_ROWS, SourceOptions
 
-__all__ = ["ActorbusStreamReader", "DataLossError", "OffsetRange", "lease_of_offset"]
+__all__ = [
+    "ActorbusStreamReader", "DataLossError", "OffsetRange", "fetch_range", "lease_of_offset",
+]
 
 logger = logging.getLogger(__name__)
 LEASE_FIELD = "lease"
@@ -66,6 +68,17 @@ class OffsetRange(InputPartition):
         super().__init__((start, end))
         self.start = start
         self.end = end
+
+
+def fetch_range(
+    channel: Channel, options: SourceOptions, schema: StructType, partition: OffsetRange, rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The leased records of ``partition``'s range, ``rows`` at a time, as Arrow batches."""
+    for first in range(partition.start, partition.end, rows):
+        last = min(first + rows, partition.end)
+        columns = channel.call("lease_fetch", *options.lease, first, last)
+        if columns["message_id"]:
+            yield record_batch(columns, schema)
 
 
 class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -169,11 +182,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: the leased records of the partition's range, as Arrow batches."""
         assert isinstance(partition, OffsetRange)
         with self.options.connect() as channel:
-            for first in range(partition.start, partition.end, DEFAULT_FETCH_ROWS):
-                last = min(first + DEFAULT_FETCH_ROWS, partition.end)
-                columns = channel.call("lease_fetch", *self.options.lease, first, last)
-                if columns["message_id"]:
-                    yield record_batch(columns, self.schema)
+            yield from fetch_range(channel, self.options, self.schema, partition, DEFAULT_FETCH_ROWS)
 
     def _rows(self, limit: ReadLimit) -> int | None:
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None

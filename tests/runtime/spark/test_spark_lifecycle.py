@@ -207,3 +207,41 @@ def test_a_killed_driver_restarts_without_loss_or_duplicates(
     assert sorted(m.data for m in drain(sink)) == sorted(p.upper() for p in data)
     assert source.join(timeout=10)
     assert (source.stats().delivered, len(source.dead_letters)) == (100, 0)
+
+
+def test_a_batch_read_returns_what_the_group_holds_and_acks_it(
+    spark: Any, broker: Any
+) -> None:
+    bus, server = broker()
+    source, _ = topics(bus, f"read-{next(_names)}")
+    publish(source, payloads("r", 40))
+    read = spark.read.format("actorbus").options(**options(
+        server.address, topic=source.name, group="spark", max_messages_per_batch=30))
+
+    first = sorted(row.payload for row in read.load().collect())
+    second = sorted(row.payload for row in read.load().collect())
+
+    assert sorted(first + second) == sorted(payloads("r", 40))
+    assert (len(first), len(second)) == (30, 10)
+    assert source.join(timeout=10)
+    assert source.stats().delivered == 40
+
+
+def test_a_topic_column_routes_each_row(spark: Any, broker: Any) -> None:
+    bus, server = broker()
+    name = f"route-{next(_names)}"
+    default, _ = topics(bus, f"{name}-a")
+    other, _ = topics(bus, f"{name}-b")
+    for topic in (default, other):
+        topic.create_group("check")
+    frame = spark.createDataFrame(
+        [(b"1", None), (b"2", other.name), (b"3", default.name), (b"4", other.name)],
+        "payload binary, topic string")
+
+    frame.write.format("actorbus").mode("append").options(**options(
+        server.address, topic=default.name, producer_id="router", batch_id="b1")).save()
+    frame.write.format("actorbus").mode("append").options(**options(
+        server.address, topic=default.name, producer_id="router", batch_id="b1")).save()
+
+    assert sorted(m.data for m in drain(default)) == [b"1", b"3"]
+    assert sorted(m.data for m in drain(other)) == [b"2", b"4"]
