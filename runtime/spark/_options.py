@@ -20,6 +20,9 @@ __all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS", "SinkOptions", "SourceOptions", "re
 # on a topic with default settings.
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_PARTITIONS = 2
+DEFAULT_MAX_TRIGGER_DELAY = 900.0  # seconds, as Kafka's maxTriggerDelay (15 min)
+# A group has nothing older than the consumer's acked position: "earliest" is the same.
+STARTING_POSITIONS = ("acked", "earliest")
 DEFAULT_FETCH_ROWS = 20_000
 
 
@@ -41,7 +44,7 @@ _SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
 _ENDPOINT_OPTIONS = frozenset({"address", "authkey_env", "topic"})
 SOURCE_OPTIONS = _ENDPOINT_OPTIONS | {
     "group", "consumer", "max_messages_per_batch", "lease_seconds", "partitions",
-    "fail_on_data_loss",
+    "fail_on_data_loss", "starting_position", "min_messages_per_batch", "max_trigger_delay",
 }
 SINK_OPTIONS = _ENDPOINT_OPTIONS | {"producer_id", "batch_id", "error_column"}
 
@@ -66,6 +69,19 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     if value not in ("true", "false"):
         raise ValueError(f"actorbus: option {name!r} must be 'true' or 'false', got {raw!r}")
     return value == "true"
+
+
+def _starting_position(options: Mapping[str, str]) -> str:
+    value = str(options.get("starting_position") or "acked").strip().lower()
+    if value == "latest":
+        raise ValueError(
+            "actorbus: starting_position 'latest' is not offered: a group keeps no copy of "
+            "what it holds, so skipping its backlog would drop those messages; read them, or "
+            "drain them with another consumer first")
+    if value not in STARTING_POSITIONS:
+        raise ValueError(f"actorbus: option 'starting_position' must be one of "
+                         f"{', '.join(STARTING_POSITIONS)}, got {options.get('starting_position')!r}")
+    return value
 
 
 def _required(options: Mapping[str, str], name: str) -> str:
@@ -106,6 +122,8 @@ class SourceOptions(_Endpoint):
     lease_seconds: float
     partitions: int
     fail_on_data_loss: bool = True
+    min_messages_per_batch: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -118,6 +136,8 @@ class SourceOptions(_Endpoint):
         refuse_unknown(options, SOURCE_OPTIONS, "source")
         group = options.get("group") or "spark"
         limit = _positive(options, "max_messages_per_batch", None)
+        least = _positive(options, "min_messages_per_batch", None)
+        _starting_position(options)
         return cls(
             address=parse_address(_required(options, "address")),
             authkey_env=_required(options, "authkey_env"),
@@ -128,6 +148,9 @@ class SourceOptions(_Endpoint):
             lease_seconds=_positive(options, "lease_seconds", DEFAULT_LEASE_SECONDS) or 0.0,
             partitions=int(_positive(options, "partitions", DEFAULT_PARTITIONS) or 1),
             fail_on_data_loss=_flag(options, "fail_on_data_loss", True),
+            min_messages_per_batch=None if least is None else int(least),
+            max_trigger_delay=_positive(options, "max_trigger_delay", DEFAULT_MAX_TRIGGER_DELAY)
+            or DEFAULT_MAX_TRIGGER_DELAY,
         )
 
     @property

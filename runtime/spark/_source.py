@@ -24,6 +24,7 @@ much waits (``lease_target``) and ends the run at that offset.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -92,6 +93,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._target: int | None = None
         self._start = 0
+        self._last_batch = time.monotonic()
         host, port = options.address
         self._lease_name = [f"{host}:{port}", options.authkey_env, *options.lease]
 
@@ -123,6 +125,8 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         first = self._start = int(start["offset"])
         self.ack(first)
+        if self._too_few(first):
+            return self._offset(first)
         rows = self._rows(limit)
         if self._available_now:
             if self._target is None:
@@ -131,7 +135,10 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if first >= self._target:
                 return self._offset(first)
             rows = min(rows, self._target - first) if rows else self._target - first
-        return self._offset(self._call("lease_latest", first, rows))
+        end = self._call("lease_latest", first, rows)
+        if end > first:
+            self._last_batch = time.monotonic()
+        return self._offset(end)
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """What the consumer could read now: leased plus waiting (``latestOffset`` in
@@ -183,6 +190,17 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, OffsetRange)
         with self.options.connect() as channel:
             yield from fetch_range(channel, self.options, self.schema, partition, DEFAULT_FETCH_ROWS)
+
+    def _too_few(self, first: int) -> bool:
+        """Fewer than ``min_messages_per_batch`` wait, and ``max_trigger_delay`` has not
+        passed since the last batch: no batch yet (never under availableNow)."""
+        least = self.options.min_messages_per_batch
+        if least is None or self._available_now:
+            return False
+        if time.monotonic() - self._last_batch >= self.options.max_trigger_delay:
+            return False
+        where = self._call("lease_target", first)
+        return bool(int(where["end"]) + int(where["waiting"]) - first < least)
 
     def _rows(self, limit: ReadLimit) -> int | None:
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None

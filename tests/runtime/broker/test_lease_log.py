@@ -295,3 +295,20 @@ def test_ack_hands_the_acked_range_to_ack_many_at_once(group: FakeGroup, clock: 
 
     assert calls == [["m0", "m1", "m2"], ["m3", "m4"]]
     assert [d.state for d in deliveries] == ["pending"] * 5  # ack_many decides how to settle
+
+
+def test_ack_range_settles_one_range_and_moves_over_acked_heads(
+    group: FakeGroup, clock: FakeClock
+) -> None:
+    deliveries = group.publish(*[b"x"] * 6)
+    log = make_log(group, clock)
+    log.latest(0, 6)
+
+    log.ack_range(2, 4)
+    middle = log.position()
+    log.ack_range(0, 2)
+
+    assert [d.state for d in deliveries] == ["acked"] * 4 + ["pending"] * 2
+    assert (middle, log.position()) == (0, 4)
+    assert [r.message_id for r in log.fetch(0, 6)] == ["m4", "m5"]
+    assert log.close() == 2
