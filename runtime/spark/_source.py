@@ -49,6 +49,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 LEASE_FIELD = "lease"
+# Most lease calls for one batch (each stops when the group has nothing ready at once).
+_LEASE_ROUNDS = 8
 
 
 class DataLossError(RuntimeError):
@@ -135,7 +137,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if first >= self._target:
                 return self._offset(first)
             rows = min(rows, self._target - first) if rows else self._target - first
-        end = self._call("lease_latest", first, rows)
+        end = self._lease(first, rows)
         if end > first:
             self._last_batch = time.monotonic()
         return self._offset(end)
@@ -190,6 +192,17 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, OffsetRange)
         with self.options.connect() as channel:
             yield from fetch_range(channel, self.options, self.schema, partition, DEFAULT_FETCH_ROWS)
+
+    def _lease(self, first: int, rows: int | None) -> int:
+        """Lease the batch from ``first``: the broker fills it from the group, which
+        hands its member messages asynchronously; ask again while the batch grows."""
+        end = first
+        for _ in range(_LEASE_ROUNDS):
+            grown = int(self._call("lease_latest", first, rows))
+            if grown == end or (rows is not None and grown >= first + rows):
+                return grown
+            end = grown
+        return end
 
     def _too_few(self, first: int) -> bool:
         """Fewer than ``min_messages_per_batch`` wait, and ``max_trigger_delay`` has not
