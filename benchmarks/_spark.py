@@ -4,7 +4,7 @@
 payloads, the source alone (topic -> source -> ``noop``), the sink alone (a cached
 DataFrame -> sink -> topic) and the pipeline (topic -> source -> sink -> topic), each
 from the call that starts Spark's work to its end, query start-up included; and the same
-three between in-memory Python data sources (``benchmarks._spark_ceiling``), the ceiling
+three between in-memory Python data sources (``benchmarks._ceilings``), the ceiling
 of a Python data source on the machine. It runs once per suite run in a fresh
 interpreter with a timeout (Spark's JVM and its Python workers then end with it); every
 row and its ceiling read from that one run. A million rows at full size: a streaming

@@ -7,7 +7,7 @@ to its end (query start-up included), after a small warm-up query:
 - the sink alone: a cached ``DataFrame`` -> ``actorbus`` batch sink -> topic;
 - the pipeline: topic -> source -> streaming sink -> topic (``availableNow``);
 
-and the same three between in-memory Python data sources (``benchmarks._spark_ceiling``:
+and the same three between in-memory Python data sources (``benchmarks._ceilings``:
 an in-memory streaming source with the same schema and batch sizes, a discarding Arrow
 writer), in the same session, each right after its actorbus run. Every row's payload
 differs (`payload_of`). The benchmarks call it.
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._spark_ceiling import payload_of, register_ceiling
+from benchmarks._ceilings import payload_of, register_ceiling
 from runtime.core._message import Message
 
 __all__ = ["measure_spark_throughput"]
