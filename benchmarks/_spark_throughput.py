@@ -1,13 +1,16 @@
-"""Measures the bridge on ``local[2]`` with 100-byte payloads: rows/s and latency.
+"""Measures the bridge on ``local[2]`` with distinct 100-byte payloads: rows/s and latency.
 
 `measure_spark_throughput` times three runs, each from the call that starts Spark's work
 to its end (query start-up included), after a small warm-up query:
 
 - the source alone: topic -> ``actorbus`` source -> Spark's ``noop`` sink (``availableNow``);
 - the sink alone: a cached ``DataFrame`` -> ``actorbus`` batch sink -> topic;
-- the pipeline: topic -> source -> streaming sink -> topic (``availableNow``).
+- the pipeline: topic -> source -> streaming sink -> topic (``availableNow``);
 
-The benchmarks call it.
+and the same three between in-memory Python data sources (``benchmarks._ceilings``:
+an in-memory streaming source with the same schema and batch sizes, a discarding Arrow
+writer), in the same session, each right after its actorbus run. Every row's payload
+differs (`payload_of`). The benchmarks call it.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._ceilings import payload_of, register_ceiling
 from runtime.core._message import Message
 
 __all__ = ["measure_spark_throughput"]
 
 _KEY_ENV = "ACTORBUS_BENCH_AUTHKEY"
-_PAYLOAD = b"x" * 100
+_FILL = "x" * 88  # payload_of(i): 12 digits of i and this
 _TIMEOUT = 600.0
 
 
@@ -69,7 +73,8 @@ def _source_topic(bus: Any, name: str, rows: int) -> Any:
     source.create_group("spark")
     for start in range(0, rows, 10_000):
         count = min(10_000, rows - start)
-        source._publish_batch([Message(data=_PAYLOAD)] * count).result(timeout=60)
+        source._publish_batch([Message(data=payload_of(i)) for i in range(start, start + count)]
+                              ).result(timeout=60)
     return source
 
 
@@ -112,11 +117,9 @@ def _sink_only(
     spark: Any, bus: Any, broker: dict[str, str], rows: int,
 ) -> dict[str, Any]:
     """The sink: a cached ``DataFrame`` of ``rows`` payloads -> batch sink -> topic."""
-    from pyspark.sql import functions
 
     sink = _sink_topic(bus, "sink-out", rows)
-    frame = spark.range(rows, numPartitions=2).select(
-        functions.lit(_PAYLOAD).alias("payload")).cache()
+    frame = _sink_frame(spark, rows)
     if frame.count() != rows:  # materialises the cache outside the timed part
         raise RuntimeError("the cached frame lost rows")
     began = time.perf_counter()
@@ -125,6 +128,42 @@ def _sink_only(
     seconds = time.perf_counter() - began
     frame.unpersist()
     return _rate(rows, sink.stats().published, seconds)
+
+
+def _sink_frame(spark: Any, rows: int) -> Any:
+    """A cached frame of ``rows`` distinct payloads (as `payload_of`), materialised."""
+    from pyspark.sql import functions
+
+    digits = functions.lpad(functions.col("id").cast("string"), 12, "0")
+    frame = spark.range(rows, numPartitions=2).select(
+        functions.concat(digits, functions.lit(_FILL)).cast("binary").alias("payload")).cache()
+    if frame.count() != rows:  # materialises the cache outside the timed part
+        raise RuntimeError("the cached frame lost rows")
+    return frame
+
+
+def _ceilings(spark: Any, rows: int, workdir: Path) -> dict[str, Any]:
+    """The three runs between in-memory sources and sinks (``ceiling_`` figures)."""
+    memory = {"rows": str(rows), "batch": str(max(rows // 2, 1))}
+    began = time.perf_counter()
+    _run_to_end(spark.readStream.format("memory_ceiling").options(**memory).load()
+                .writeStream.format("noop").trigger(availableNow=True)
+                .option("checkpointLocation", str(workdir / "ceiling-source")).start())
+    source = _rate(rows, rows, time.perf_counter() - began)
+    frame = _sink_frame(spark, rows)
+    began = time.perf_counter()
+    frame.write.format("memory_ceiling").mode("append").save()
+    sink = _rate(rows, rows, time.perf_counter() - began)
+    frame.unpersist()
+    began = time.perf_counter()
+    _run_to_end(spark.readStream.format("memory_ceiling").options(**memory).load()
+                .select("payload", "key", "attributes").writeStream.format("memory_ceiling")
+                .trigger(availableNow=True)
+                .option("checkpointLocation", str(workdir / "ceiling-pipeline")).start())
+    pipeline = _rate(rows, rows, time.perf_counter() - began)
+    figures = {f"ceiling_source_{k}": v for k, v in source.items()}
+    figures |= {f"ceiling_sink_{k}": v for k, v in sink.items()}
+    return figures | {f"ceiling_{k}": v for k, v in pipeline.items()}
 
 
 def _latency(
@@ -139,7 +178,7 @@ def _latency(
     try:
         for index in range(samples + 1):  # the first one warms the query up
             began = time.perf_counter()
-            source._publish_batch([Message(data=_PAYLOAD)]).result(timeout=10)
+            source._publish_batch([Message(data=payload_of(index))]).result(timeout=10)
             reader.receive(timeout=120).ack()
             if index:
                 timings.append(time.perf_counter() - began)
@@ -177,6 +216,7 @@ def measure_spark_throughput(
         workdir = Path(directory)
         spark = _session(master, workdir)
         register(spark)
+        register_ceiling(spark)
         with Bus() as bus, serve(bus, authkey=os.environ[authkey_env].encode()) as server:
             host, port = server.address
             broker = {"address": f"{host}:{port}", "authkey_env": authkey_env}
@@ -187,6 +227,7 @@ def measure_spark_throughput(
             result = _throughput(spark, bus, broker, rows, workdir, "bench")
             result |= {f"source_{k}": v for k, v in source.items()}
             result |= {f"sink_{k}": v for k, v in sink.items()}
+            result |= _ceilings(spark, rows, workdir)
             result |= _latency(spark, bus, broker, workdir)
     return result
 

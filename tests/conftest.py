@@ -74,8 +74,17 @@ def _children() -> set[int]:
 def _threads() -> set[threading.Thread]:
     return {
         t for t in threading.enumerate()
-        if not any(t.name.startswith(prefix) for prefix in _FOREIGN_THREADS)
+        if not any(t.name.startswith(prefix) for prefix in _FOREIGN_THREADS) and not _py4j_owned(t)
     }
+
+
+def _py4j_owned(thread: threading.Thread) -> bool:
+    """Spark bridge: py4j's callback server (started once per process by the first
+    streaming query listener, ``runtime.spark.register``) runs in a generically named
+    thread that lives as long as the JVM gateway."""
+    target = getattr(thread, "_target", None)
+    owner = getattr(target, "__self__", None)
+    return type(owner).__module__.startswith("py4j")
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,13 @@ Invariants:
 - every call from the consumer is a heartbeat; ``lease_seconds`` without one releases
   every held record back to the group (nack ``"lease expired"``: redelivered with
   ``attempt + 1`` while the topic's attempts remain) and leaves the group, so the
-  messages reach another member. Offsets of released records then hold nothing.
+  messages reach another member. Offsets of released records then hold nothing, and
+  the log remembers them as *released* (their messages are back in the group);
+- offsets below ``position`` that were not released were acked, and offsets the log
+  never assigned (a broker restart, a checkpoint from elsewhere) are *missing*: a
+  replay of them cannot return their messages (`missing` counts them);
+- an ack never settles a record that `latest` did not hand out: a consumer's offset
+  ahead of the log (a restarted broker) moves the log forward, acking nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_FILL_LIMIT = 100_000
 DEFAULT_LINGER = 0.02
 EXPIRED_REASON = "lease expired"
+# Released offset ranges remembered for `missing` (older ones count as missing).
+_RELEASED_RANGES = 256
 
 
 class LeaseSource(Protocol):
@@ -51,8 +59,8 @@ class LeaseLog:
         subscribe: joins the group; called lazily, again after a release.
         reject: settles a delivery whose message cannot be encoded (dead letter,
             reason ``error``) with the error text.
-        ack_many: acks deliveries in bulk; tolerates ones settled meanwhile (default:
-            `ack_each`).
+        ack_many: acks deliveries in bulk; returns how many were settled meanwhile
+            (deadline, close) and could not be acked (default: `ack_each`).
         lease_seconds: how long leases live without a heartbeat.
         fill_limit: most records pulled by one `latest` call without a row limit.
         linger: how long a fill waits for the group's next message before it stops.
@@ -65,7 +73,7 @@ class LeaseLog:
         subscribe: Callable[[], LeaseSource],
         reject: Callable[[LeasedDelivery, str], None],
         lease_seconds: float,
-        ack_many: Callable[[Sequence[LeasedDelivery]], None] | None = None,
+        ack_many: Callable[[Sequence[LeasedDelivery]], int] | None = None,
         fill_limit: int = DEFAULT_FILL_LIMIT,
         linger: float = DEFAULT_LINGER,
         clock: Callable[[], float] = time.monotonic,
@@ -83,10 +91,12 @@ class LeaseLog:
         self._settling = threading.Lock()  # one bulk ack at a time (hand-over buffers)
         self._source: LeaseSource | None = None
         # _records[i] and _deliveries[i] are offset _base + i; everything below _base is
-        # acked or released.
+        # acked or released. A None delivery was acked out of order (`ack_range`).
         self._base = 0
         self._records: list[LeaseRecord] = []
-        self._deliveries: list[LeasedDelivery] = []
+        self._deliveries: list[LeasedDelivery | None] = []
+        # [start, end) ranges whose records went back to the group, oldest first.
+        self._released: list[tuple[int, int]] = []
         self._deadline = clock() + lease_seconds
 
     @property
@@ -100,6 +110,13 @@ class LeaseLog:
         with self._lock:
             self._beat()
             return self._base
+
+    def renew(self, lease_seconds: float) -> None:
+        """Take the consumer's current ``lease_seconds`` (a restarted query may change it)."""
+        if lease_seconds > 0 and lease_seconds != self._lease_seconds:
+            with self._lock:
+                self._lease_seconds = lease_seconds
+                self._beat()
 
     def heartbeat(self) -> None:
         """Extend every lease by ``lease_seconds`` from now."""
@@ -120,6 +137,35 @@ class LeaseLog:
             self._fill(want)
             return max(start, min(want, self._base + len(self._records)))
 
+    def held(self) -> int:
+        """How many records the consumer holds (leased, not acked)."""
+        with self._lock:
+            return len(self._records)
+
+    def advance(self, start: int) -> int:
+        """Move an empty log forward to ``start`` (the consumer's checkpoint); return the end.
+
+        Acks nothing. A heartbeat.
+        """
+        with self._lock:
+            self._beat()
+            if start > self._base + len(self._records):
+                self._jump_to(start)
+            return self._base + len(self._records)
+
+    def missing(self, start: int, end: int) -> int:
+        """How many offsets of ``[start, end)`` are neither held nor released to the group.
+
+        Those offsets were acked before, or this log never assigned them: a replay of
+        the range cannot return their messages.
+        """
+        with self._lock:
+            held_end = self._base + len(self._records)
+            wanted = max(end - start, 0)
+            covered = _overlap(start, end, self._base, held_end)
+            covered += sum(_overlap(start, end, a, b) for a, b in self._released)
+            return max(wanted - covered, 0)
+
     def fetch(self, start: int, end: int) -> list[LeaseRecord]:
         """The held records of offsets ``[start, end)``: the same on every call. A heartbeat."""
         with self._lock:
@@ -128,19 +174,48 @@ class LeaseLog:
             last = max(min(end - self._base, len(self._records)), first)
             return self._records[first:last]
 
-    def ack(self, offset: int) -> int:
-        """Ack every held record below ``offset`` (cumulative); return the position."""
+    def ack(self, offset: int) -> tuple[int, int]:
+        """Ack every held record below ``offset`` (cumulative).
+
+        Returns the position and how many of those records could not be acked because
+        their delivery had settled meanwhile (its ack deadline passed, or the topic
+        closed): the topic redelivered or dead-lettered them.
+        """
+        late = 0
         with self._settling:
             with self._lock:
                 self._beat()
                 count = min(max(offset - self._base, 0), len(self._records))
-                done = self._deliveries[:count]
+                done = [d for d in self._deliveries[:count] if d is not None]
                 del self._records[:count], self._deliveries[:count]
                 self._base += count
                 position = self._base
             if done:
-                self._ack_many(done)
-        return position
+                late = self._ack_many(done)
+        if late:
+            logger.warning("lease ack: %d of %d messages had settled before the ack "
+                           "(ack deadline or close); the topic redelivered or dead-lettered "
+                           "them", late, len(done))
+        return position, late
+
+    def ack_range(self, start: int, end: int) -> int:
+        """Ack the held records of ``[start, end)`` only (a batch read's task finished
+        its range); returns how many had settled before the ack (see `ack`).
+
+        The position moves up over every acked record at its head.
+        """
+        with self._settling:
+            with self._lock:
+                self._beat()
+                first = max(start - self._base, 0)
+                last = max(min(end - self._base, len(self._records)), first)
+                held = self._deliveries
+                done = [d for d in held[first:last] if d is not None]
+                held[first:last] = [None] * (last - first)
+                head = next((i for i, d in enumerate(held) if d is not None), len(held))
+                del self._records[:head], held[:head]
+                self._base += head
+            return self._ack_many(done) if done else 0
 
     def expire(self) -> int:
         """Release everything when the lease ran out; return how many records went back."""
@@ -185,8 +260,12 @@ class LeaseLog:
 
     def _release(self) -> int:
         source, self._source = self._source, None
-        held, self._deliveries, self._records = self._deliveries, [], []
-        self._base += len(held)
+        deliveries, self._deliveries, self._records = self._deliveries, [], []
+        if deliveries:
+            self._released.append((self._base, self._base + len(deliveries)))
+            del self._released[:-_RELEASED_RANGES]
+        self._base += len(deliveries)
+        held = [d for d in deliveries if d is not None]
         # Leave the group first, so the returned messages cannot come back to us.
         if source is not None:
             _settle(source.unsubscribe)
@@ -195,15 +274,20 @@ class LeaseLog:
         return len(held)
 
 
-def ack_each(deliveries: Sequence[LeasedDelivery]) -> None:
-    """Ack one delivery at a time, skipping ones settled meanwhile."""
-    for delivery in deliveries:
-        _settle(delivery.ack)
+def ack_each(deliveries: Sequence[LeasedDelivery]) -> int:
+    """Ack one delivery at a time, skipping ones settled meanwhile; returns those skipped."""
+    return sum(not _settle(delivery.ack) for delivery in deliveries)
 
 
-def _settle(action: Callable[[], None]) -> None:
+def _overlap(start: int, end: int, a: int, b: int) -> int:
+    return max(min(end, b) - max(start, a), 0)
+
+
+def _settle(action: Callable[[], None]) -> bool:
     # A delivery may have settled on its own meanwhile (ack deadline, topic closed).
     try:
         action()
     except Exception as exc:  # settled meanwhile, or its topic is gone: nothing to undo
         logger.debug("lease settlement skipped: %s", exc)
+        return False
+    return True

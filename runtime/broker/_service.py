@@ -159,9 +159,43 @@ class BrokerService:
         columns = zip(*records, strict=True) if records else ((),) * len(COLUMNS)
         return {column: list(values) for column, values in zip(COLUMNS, columns, strict=True)}
 
-    def lease_ack(self, name: str, group: str, consumer: str, lease_seconds: float, offset: int) -> int:
-        """Cumulative ack below ``offset``; returns the position."""
-        return self._lease(name, group, consumer, lease_seconds).ack(offset)
+    def lease_ack(
+        self, name: str, group: str, consumer: str, lease_seconds: float, offset: int
+    ) -> dict[str, int]:
+        """Cumulative ack below ``offset``.
+
+        Returns ``position`` and ``late``: the leased messages that had settled before
+        the ack (ack deadline or close) and were redelivered or dead-lettered instead.
+        """
+        position, late = self._lease(name, group, consumer, lease_seconds).ack(offset)
+        return {"position": position, "late": late}
+
+    def lease_ack_range(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
+    ) -> int:
+        """Ack the leased records of ``[start, end)`` only; returns those that were late."""
+        return self._lease(name, group, consumer, lease_seconds).ack_range(start, end)
+
+    def lease_target(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int
+    ) -> dict[str, int]:
+        """Where the consumer stands from its offset ``start``, without leasing anything.
+
+        Moves a log behind ``start`` forward (a restarted broker). Returns ``end`` (one
+        past the last leased offset) and ``waiting``: messages of the topic not settled
+        yet and not leased to this consumer (an upper bound of what the group holds for
+        it; other groups' and members' messages count too).
+        """
+        log = self._lease(name, group, consumer, lease_seconds)
+        end = log.advance(start)
+        pending = self._bus.topic(name).stats().pending
+        return {"end": end, "waiting": max(pending - log.held(), 0)}
+
+    def lease_missing(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
+    ) -> int:
+        """How many offsets of ``[start, end)`` the log can no longer serve (acked, unknown)."""
+        return self._lease(name, group, consumer, lease_seconds).missing(start, end)
 
     def lease_heartbeat(self, name: str, group: str, consumer: str, lease_seconds: float) -> None:
         """Extend the consumer's leases."""
@@ -229,7 +263,8 @@ class BrokerService:
                     clock=self._clock,
                 )
                 self._leases[key] = log
-            return log
+        log.renew(float(lease_seconds))
+        return log
 
     def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
         batch: list[Message] = []

@@ -86,7 +86,8 @@ class Session:
         for name in ("topics", "stats", "publish", "publish_batch", "lease_position",
                      "lease_latest", "lease_fetch", "lease_ack", "lease_heartbeat", "stage",
                      "commit", "abort", "dead_letters", "drain_dead_letters",
-                     "replay_dead_letters", "held_by"):
+                     "replay_dead_letters", "held_by", "lease_target", "lease_missing",
+                     "lease_ack_range"):
             self._operations[name] = getattr(service, name)
 
     def run(self) -> None:

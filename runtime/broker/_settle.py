@@ -21,17 +21,20 @@ __all__ = ["ack_in_bulk"]
 _handover_of = attrgetter("_handover")
 
 
-def ack_in_bulk(deliveries: Sequence[Any]) -> None:
+def ack_in_bulk(deliveries: Sequence[Any]) -> int:
     """Ack ``deliveries`` (topic `Delivery` objects); skip ones settled meanwhile.
 
+    Returns how many were skipped (their deadline or the topic's close settled them).
     Must not run concurrently for deliveries of one hand-over (the lease log settles
     one ack at a time). Never blocks.
     """
+    acked = 0
     for handover, run in groupby(deliveries, key=_handover_of):
-        _ack_run(handover, run)
+        acked += _ack_run(handover, run)
+    return len(deliveries) - acked
 
 
-def _ack_run(handover: HandOver, deliveries: Iterable[Delivery[Any]]) -> None:
+def _ack_run(handover: HandOver, deliveries: Iterable[Delivery[Any]]) -> int:
     handover.open_buffer()
     try:
         for delivery in deliveries:
@@ -40,3 +43,4 @@ def _ack_run(handover: HandOver, deliveries: Iterable[Delivery[Any]]) -> None:
         settled = handover.close_buffer()
         if settled and handover.sink is not None:
             handover.sink.tell(settled)
+    return len(settled)

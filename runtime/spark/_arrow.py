@@ -9,7 +9,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-__all__ = ["SOURCE_SCHEMA", "check_sink_schema", "record_batch", "sink_columns"]
+__all__ = ["SOURCE_SCHEMA", "check_sink_schema", "key_text", "record_batch", "sink_columns"]
 
 SOURCE_SCHEMA = (
     "message_id string, key string, payload binary, attributes map<string,string>, "
@@ -31,7 +31,7 @@ def record_batch(columns: Mapping[str, list[Any]], schema: StructType) -> pa.Rec
         offsets.append(len(keys))
     arrays = {
         "message_id": pa.array(columns["message_id"], pa.string()),
-        "key": pa.array(columns["key"], pa.string()),
+        "key": _source_keys(columns["key"]),
         "payload": pa.array(columns["payload"], pa.binary()),
         "attributes": pa.MapArray.from_arrays(
             pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())),
@@ -51,8 +51,10 @@ def check_sink_schema(schema: StructType, error_column: str | None) -> None:
     fields = {field.name: field.dataType for field in schema.fields}
     if not isinstance(fields.get("payload"), BinaryType | StringType):
         raise ValueError("actorbus sink: a 'payload' column of binary or string type is required")
-    if "key" in fields and not isinstance(fields["key"], StringType):
-        raise ValueError("actorbus sink: column 'key' must be a string")
+    if "key" in fields and not isinstance(fields["key"], StringType | BinaryType):
+        raise ValueError("actorbus sink: column 'key' must be a string or binary")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise ValueError("actorbus sink: column 'topic' must be a string (the row's topic)")
     attributes = fields.get("attributes")
     if attributes is not None and not (
         isinstance(attributes, MapType) and isinstance(attributes.keyType, StringType)
@@ -72,7 +74,7 @@ def sink_columns(batch: pa.RecordBatch, error_column: str | None) -> dict[str, l
     names = set(batch.schema.names)
     columns: dict[str, list[Any]] = {"payload": batch.column("payload").to_pylist()}
     if "key" in names and _has_values(batch.column("key")):
-        columns["key"] = batch.column("key").to_pylist()
+        columns["key"] = [key_text(k) for k in batch.column("key").to_pylist()]
     if "attributes" in names and _has_values(batch.column("attributes")):
         columns["attributes"] = [
             None if pairs is None else {str(k): str(v) for k, v in pairs}
@@ -82,6 +84,23 @@ def sink_columns(batch: pa.RecordBatch, error_column: str | None) -> dict[str, l
         errors = batch.column(error_column).to_pylist()
         columns["error"] = [None if e is None else str(e) for e in errors]
     return columns
+
+
+def key_text(key: str | bytes | None) -> str | None:
+    """The runtime's ``str`` ordering key of a sink key: text as it is; bytes decoded as
+    UTF-8 with ``surrogateescape``, which is lossless (``key.encode("utf-8",
+    "surrogateescape")`` gives the bytes back) and keeps a UTF-8 key equal to its text."""
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "surrogateescape")
+    return key
+
+
+def _source_keys(keys: list[str | None]) -> pa.Array:
+    try:
+        return pa.array(keys, pa.string())
+    except UnicodeEncodeError:  # a binary key that is not UTF-8: Arrow strings must be
+        return pa.array([None if k is None else k.encode("utf-8", "surrogateescape").decode(
+            "utf-8", "replace") for k in keys], pa.string())
 
 
 def _has_values(column: pa.Array) -> bool:

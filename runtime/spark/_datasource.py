@@ -8,7 +8,15 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA, check_sink_schema
-from runtime.spark._options import SinkOptions, SourceOptions
+from runtime.spark._batch_source import ActorbusBatchReader, batch_options
+from runtime.spark._listener import AckOnProgress
+from runtime.spark._options import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SinkOptions,
+    SourceOptions,
+    refuse_unknown,
+)
 from runtime.spark._sink import ActorbusBatchWriter, ActorbusStreamWriter
 from runtime.spark._source import ActorbusStreamReader
 
@@ -24,8 +32,13 @@ class ActorbusDataSource(DataSource):
         return "actorbus"
 
     def schema(self) -> str:
-        """The source's columns."""
+        """The source's columns; refuses options neither side knows (at ``load()``)."""
+        refuse_unknown(self.options, SOURCE_OPTIONS | SINK_OPTIONS, "format")
         return SOURCE_SCHEMA
+
+    def reader(self, schema: StructType) -> ActorbusBatchReader:
+        """The batch source (see `ActorbusBatchReader`)."""
+        return ActorbusBatchReader(batch_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> ActorbusStreamReader:
         """The streaming source (see `ActorbusStreamReader`)."""
@@ -44,6 +57,17 @@ class ActorbusDataSource(DataSource):
         return ActorbusBatchWriter(options)
 
 
+_LISTENER = "_actorbus_ack_listener"
+
+
 def register(spark: Any) -> None:
-    """Register the ``actorbus`` format with ``spark`` (a `SparkSession`); idempotent."""
+    """Register the ``actorbus`` format with ``spark`` (a `SparkSession`); idempotent.
+
+    Also adds the listener that acks each query's last committed batch (see
+    `runtime.spark._listener`).
+    """
     spark.dataSource.register(ActorbusDataSource)
+    if getattr(spark, _LISTENER, None) is None:
+        listener = AckOnProgress()
+        spark.streams.addListener(listener)
+        setattr(spark, _LISTENER, listener)

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 
 from runtime.broker._client import Address, Channel, parse_address
 
-__all__ = ["SinkOptions", "SourceOptions", "read_authkey"]
+__all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS", "SinkOptions", "SourceOptions", "read_authkey", "refuse_unknown"]
 
-DEFAULT_LEASE_SECONDS = 60.0
+# Equal to a topic's default ack_timeout: a lease never outlives its deliveries' deadline
+# on a topic with default settings.
+DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_PARTITIONS = 2
+DEFAULT_MAX_TRIGGER_DELAY = 900.0  # seconds, as Kafka's maxTriggerDelay (15 min)
+# A group has nothing older than the consumer's acked position: "earliest" is the same.
+STARTING_POSITIONS = ("acked", "earliest")
 DEFAULT_FETCH_ROWS = 20_000
 
 
@@ -32,6 +37,51 @@ def read_authkey(variable: str) -> bytes:
         raise ValueError(f"actorbus: environment variable {variable!r} (authkey_env) is not set "
                          "in this process; export it before Spark starts its workers")
     return bytes.fromhex(value[4:]) if value.startswith("hex:") else value.encode()
+
+
+# Options Spark itself may pass to a data source; never ours to refuse.
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
+_ENDPOINT_OPTIONS = frozenset({"address", "authkey_env", "topic"})
+SOURCE_OPTIONS = _ENDPOINT_OPTIONS | {
+    "group", "consumer", "max_messages_per_batch", "lease_seconds", "partitions",
+    "fail_on_data_loss", "starting_position", "min_messages_per_batch", "max_trigger_delay",
+}
+SINK_OPTIONS = _ENDPOINT_OPTIONS | {"producer_id", "batch_id", "error_column"}
+
+
+def refuse_unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    """Refuse an option the format does not know (a typo would otherwise do nothing).
+
+    Raises:
+        ValueError: naming the unknown options and the known ones.
+    """
+    unknown = sorted(k for k in options if k.lower() not in known | _SPARK_OPTIONS)
+    if unknown:
+        raise ValueError(f"actorbus {what}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(sorted(known))}")
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return default
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"actorbus: option {name!r} must be 'true' or 'false', got {raw!r}")
+    return value == "true"
+
+
+def _starting_position(options: Mapping[str, str]) -> str:
+    value = str(options.get("starting_position") or "acked").strip().lower()
+    if value == "latest":
+        raise ValueError(
+            "actorbus: starting_position 'latest' is not offered: a group keeps no copy of "
+            "what it holds, so skipping its backlog would drop those messages; read them, or "
+            "drain them with another consumer first")
+    if value not in STARTING_POSITIONS:
+        raise ValueError(f"actorbus: option 'starting_position' must be one of "
+                         f"{', '.join(STARTING_POSITIONS)}, got {options.get('starting_position')!r}")
+    return value
 
 
 def _required(options: Mapping[str, str], name: str) -> str:
@@ -71,16 +121,23 @@ class SourceOptions(_Endpoint):
     max_messages_per_batch: int | None
     lease_seconds: float
     partitions: int
+    fail_on_data_loss: bool = True
+    min_messages_per_batch: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's option strings.
 
         Raises:
-            ValueError: a required option is missing or a number is out of range.
+            ValueError: an unknown option, a required option is missing, or a value is
+                out of range.
         """
+        refuse_unknown(options, SOURCE_OPTIONS, "source")
         group = options.get("group") or "spark"
         limit = _positive(options, "max_messages_per_batch", None)
+        least = _positive(options, "min_messages_per_batch", None)
+        _starting_position(options)
         return cls(
             address=parse_address(_required(options, "address")),
             authkey_env=_required(options, "authkey_env"),
@@ -90,6 +147,10 @@ class SourceOptions(_Endpoint):
             max_messages_per_batch=None if limit is None else int(limit),
             lease_seconds=_positive(options, "lease_seconds", DEFAULT_LEASE_SECONDS) or 0.0,
             partitions=int(_positive(options, "partitions", DEFAULT_PARTITIONS) or 1),
+            fail_on_data_loss=_flag(options, "fail_on_data_loss", True),
+            min_messages_per_batch=None if least is None else int(least),
+            max_trigger_delay=_positive(options, "max_trigger_delay", DEFAULT_MAX_TRIGGER_DELAY)
+            or DEFAULT_MAX_TRIGGER_DELAY,
         )
 
     @property
@@ -111,8 +172,9 @@ class SinkOptions(_Endpoint):
         """Validate Spark's option strings.
 
         Raises:
-            ValueError: a required option is missing.
+            ValueError: an unknown option, or a required option is missing.
         """
+        refuse_unknown(options, SINK_OPTIONS, "sink")
         return cls(
             address=parse_address(_required(options, "address")),
             authkey_env=_required(options, "authkey_env"),

@@ -5,6 +5,10 @@ Write tasks (executors) stage their Arrow batches on the broker under a part nam
 Spark's commit (driver) then asks the broker to publish exactly those parts, once.
 A replayed micro-batch or a re-run batch write with the same ids publishes nothing.
 
+An optional string column ``topic`` routes each row to the topic it names (null: the
+``topic`` option). Rows are staged per topic, and the commit publishes each topic's
+parts once per (topic, producer, batch id).
+
 - Streaming: the batch id is Spark's micro-batch id; the producer id is the option
   ``producer_id``, else the query id (stable across restarts from one checkpoint).
 - Batch (``df.write``): the batch id is the option ``batch_id``, else one id per job
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -35,7 +40,7 @@ class StagedParts(WriterCommitMessage):
     """What one write task staged: the producer and its part names."""
 
     producer: str
-    parts: list[tuple[int, int, int]] = field(default_factory=list)
+    parts: list[tuple[str, tuple[int, int, int]]] = field(default_factory=list)  # (topic, part)
     rows: int = 0
 
 
@@ -46,15 +51,46 @@ def _stage(
     context = TaskContext.get()
     assert context is not None, "write() runs in a Spark task"
     staged = StagedParts(producer=producer)
+    committed: set[str] = set()  # topics that published this batch before: nothing again
     with options.connect() as channel:
         for chunk, table in enumerate(_chunks(batches)):
             part = (context.partitionId(), context.attemptNumber(), chunk)
-            columns = sink_columns(table, options.error_column)
-            if not channel.call("stage", options.topic, producer, batch, part, columns):
-                return StagedParts(producer=producer)  # committed before: publish nothing
-            staged.parts.append(part)
-            staged.rows += table.num_rows
+            for topic, rows in _by_topic(table, options.topic):
+                if topic in committed:
+                    continue
+                columns = sink_columns(rows, options.error_column)
+                if not channel.call("stage", topic, producer, batch, part, columns):
+                    committed.add(topic)
+                    continue
+                staged.parts.append((topic, part))
+                staged.rows += rows.num_rows
     return staged
+
+
+def _by_topic(table: pa.RecordBatch, default: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of ``table`` per destination topic (column ``topic``, null: ``default``)."""
+    if "topic" not in table.schema.names or table.column("topic").null_count == table.num_rows:
+        yield default, table
+        return
+    topics = pc.fill_null(table.column("topic"), default)
+    for topic in pc.unique(topics).to_pylist():
+        yield str(topic), table.filter(pc.equal(topics, topic))
+
+
+def _commit(options: SinkOptions, producer: str, batch: str, parts: list[Any]) -> None:
+    """Publish each topic's staged parts; the option's topic is always committed."""
+    per_topic: dict[str, list[Any]] = {options.topic: []}
+    for topic, part in parts:
+        per_topic.setdefault(topic, []).append(part)
+    with options.connect() as channel:
+        for topic, topic_parts in per_topic.items():
+            channel.call("commit", topic, producer, batch, topic_parts)
+
+
+def _abort(options: SinkOptions, producer: str, batch: str, parts: list[Any]) -> None:
+    with options.connect() as channel:
+        for topic in {options.topic} | {topic for topic, _ in parts}:
+            channel.call("abort", topic, producer, batch)
 
 
 def _chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -90,16 +126,14 @@ class ActorbusStreamWriter(DataSourceStreamArrowWriter):
         producer, parts = _parts(messages)
         producer = self.options.producer_id or producer
         if producer is not None:
-            with self.options.connect() as channel:
-                channel.call("commit", self.options.topic, producer, str(batchId), parts)
+            _commit(self.options, producer, str(batchId), parts)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: drop what the failed micro-batch staged (a replay stages it again)."""
-        producer, _ = _parts(messages)
+        producer, parts = _parts(messages)
         producer = self.options.producer_id or producer
         if producer is not None:
-            with self.options.connect() as channel:
-                channel.call("abort", self.options.topic, producer, str(batchId))
+            _abort(self.options, producer, str(batchId), parts)
 
 
 class ActorbusBatchWriter(DataSourceArrowWriter):
@@ -117,10 +151,8 @@ class ActorbusBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: publish the staged parts once."""
         _, parts = _parts(messages)
-        with self.options.connect() as channel:
-            channel.call("commit", self.options.topic, self.producer, self.batch, parts)
+        _commit(self.options, self.producer, self.batch, parts)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: drop what the failed job staged."""
-        with self.options.connect() as channel:
-            channel.call("abort", self.options.topic, self.producer, self.batch)
+        _abort(self.options, self.producer, self.batch, _parts(messages)[1])

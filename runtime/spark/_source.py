@@ -1,18 +1,30 @@
 """The streaming source: a Spark query as one member of a group, through a lease log.
 
-Offsets are the lease log's: ``{"offset": n}``. Where each call runs:
+Offsets are the lease log's: ``{"offset": n, "lease": [...]}`` (the lease names the
+broker and the lease log, for the progress listener). Where each call runs:
 - driver runner (one reader instance per query run): ``initialOffset``,
-  ``latestOffset``, ``partitions``, ``commit``, ``stop`` — and the heartbeat thread;
-- executors (pickled copies): ``read``, each task with a connection of its own.
+  ``latestOffset``, ``reportLatestOffset``, ``partitions``, ``commit``, ``stop`` — and
+  the heartbeat thread;
+- executors (pickled copies): ``read``, each task with a connection of its own;
+- the user's driver process: the progress listener (see `runtime.spark._listener`).
 
-Acks (cumulative) happen at two points only: in ``commit(end)``, and at the top of
-``latestOffset(start, ...)`` — Spark asks for the next batch only after the previous
-batch's commit-log entry was written, and ``start`` is that batch's end. This is what
-acks the *last* batch, which ``commit`` never sees. Nothing is acked earlier.
+Acks are cumulative and happen only below an offset Spark has committed: in
+``commit(end)``; at the top of ``latestOffset(start, ...)`` (Spark asks for the next
+batch only after the previous batch's commit-log entry was written, and ``start`` is
+that batch's end); and in the progress listener (a progress event follows the batch's
+commit-log entry) — that one acks the last batch of a query that stops, and the only
+batch of ``trigger(once=True)``, which the reader never hears of again. The broker acks
+only records its log handed out, so an offset from a checkpoint that a restarted broker
+never served acks nothing.
+
+``availableNow`` leases nothing up front: on its first batch it asks the broker how
+much waits (``lease_target``) and ends the run at that offset.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,10 +43,25 @@ from runtime.spark._arrow import record_batch
 from runtime.spark._heartbeat import Heartbeat
 from runtime.spark._options import DEFAULT_FETCH_ROWS, SourceOptions
 
-__all__ = ["ActorbusStreamReader", "OffsetRange"]
+__all__ = [
+    "ActorbusStreamReader", "DataLossError", "OffsetRange", "fetch_range", "lease_of_offset",
+]
 
-# availableNow pulls what waits in the group when the run starts, in rounds this big.
-_AVAILABLE_NOW_ROUNDS = 50
+logger = logging.getLogger(__name__)
+LEASE_FIELD = "lease"
+# Most lease calls for one batch (each stops when the group has nothing ready at once).
+_LEASE_ROUNDS = 8
+
+
+class DataLossError(RuntimeError):
+    """The checkpoint names offsets the broker can no longer serve."""
+
+
+def lease_of_offset(offset: dict[str, Any]) -> list[Any] | None:
+    """The lease an actorbus offset names: [address, authkey_env, topic, group,
+    consumer, lease_seconds]; None for another source's offset."""
+    lease = offset.get(LEASE_FIELD)
+    return lease if isinstance(lease, list) and len(lease) == 6 else None
 
 
 class OffsetRange(InputPartition):
@@ -46,6 +73,17 @@ class OffsetRange(InputPartition):
         self.end = end
 
 
+def fetch_range(
+    channel: Channel, options: SourceOptions, schema: StructType, partition: OffsetRange, rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The leased records of ``partition``'s range, ``rows`` at a time, as Arrow batches."""
+    for first in range(partition.start, partition.end, rows):
+        last = min(first + rows, partition.end)
+        columns = channel.call("lease_fetch", *options.lease, first, last)
+        if columns["message_id"]:
+            yield record_batch(columns, schema)
+
+
 class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads a group through the broker's lease log of (topic, group, consumer)."""
 
@@ -54,7 +92,12 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._channel: Channel | None = None
         self._heartbeat: Heartbeat | None = None
+        self._available_now = False
         self._target: int | None = None
+        self._start = 0
+        self._last_batch = time.monotonic()
+        host, port = options.address
+        self._lease_name = [f"{host}:{port}", options.authkey_env, *options.lease]
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy: never a socket or a thread.
@@ -63,9 +106,9 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["options"], state["schema"])  # type: ignore[misc]
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         """The consumer's acked position: a fresh query resumes where the last one acked."""
-        return {"offset": self._call("lease_position")}
+        return self._offset(self._call("lease_position"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``max_messages_per_batch`` as Spark's admission control."""
@@ -73,37 +116,67 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Lease what waits in the group now; the run ends there."""
-        end = self._call("lease_position")
-        for _ in range(_AVAILABLE_NOW_ROUNDS):
-            grown = self._call("lease_latest", end, None)
-            if grown == end:
-                break
-            end = grown
-        self._target = end
+        """End this run at what waits when its first batch is planned (nothing leased now)."""
+        self._available_now = True
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """Ack ``start`` (its batch is committed), then lease the next batch."""
-        first = int(start["offset"])
-        self._call("lease_ack", first)
-        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        if self._target is not None:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Ack ``start`` (its batch is committed), then lease the next batch.
+
+        ``max_messages_per_batch`` bounds every batch, also under ``trigger(once=True)``,
+        where Spark passes no limit.
+        """
+        first = self._start = int(start["offset"])
+        self.ack(first)
+        if self._too_few(first):
+            return self._offset(first)
+        rows = self._rows(limit)
+        if self._available_now:
+            if self._target is None:
+                where = self._call("lease_target", first)
+                self._target = int(where["end"]) + int(where["waiting"])
             if first >= self._target:
-                return {"offset": first}
+                return self._offset(first)
             rows = min(rows, self._target - first) if rows else self._target - first
-        return {"offset": self._call("lease_latest", first, rows)}
+        end = self._lease(first, rows)
+        if end > first:
+            self._last_batch = time.monotonic()
+        return self._offset(end)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        """Split ``[start, end)`` into ``partitions`` ranges."""
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """What the consumer could read now: leased plus waiting (``latestOffset`` in
+        progress; minus ``endOffset`` it is the lag in messages)."""
+        where = self._call("lease_target", self._start)
+        return self._offset(int(where["end"]) + int(where["waiting"]))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Split ``[start, end)`` into ``partitions`` ranges.
+
+        Raises:
+            DataLossError: the broker can no longer serve part of the range (a batch
+                planned before a broker restart, or offsets acked since), unless
+                ``fail_on_data_loss`` is false: then a warning, and the batch has what
+                is left.
+        """
         first, last = int(start["offset"]), int(end["offset"])
         if last <= first:
             return []
+        self._check_loss(first, last)
         step = -(-(last - first) // self.options.partitions)
         return [OffsetRange(a, min(a + step, last)) for a in range(first, last, step)]
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Spark committed everything below ``end``: ack it."""
-        self._call("lease_ack", int(end["offset"]))
+        self.ack(int(end["offset"]))
+
+    def ack(self, offset: int) -> None:
+        """Ack below ``offset``; warn about messages whose delivery had settled first."""
+        done = self._call("lease_ack", offset)
+        if done["late"]:
+            logger.warning(
+                "actorbus source %s/%s: %d leased messages had passed the topic's "
+                "ack_timeout before the ack; the topic redelivered or dead-lettered them "
+                "(raise ack_timeout, or make batches shorter)",
+                self.options.topic, self.options.group, done["late"])
 
     def stop(self) -> None:
         """Stop the heartbeat and disconnect; unacked leases expire unless resumed."""
@@ -118,11 +191,49 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: the leased records of the partition's range, as Arrow batches."""
         assert isinstance(partition, OffsetRange)
         with self.options.connect() as channel:
-            for first in range(partition.start, partition.end, DEFAULT_FETCH_ROWS):
-                last = min(first + DEFAULT_FETCH_ROWS, partition.end)
-                columns = channel.call("lease_fetch", *self.options.lease, first, last)
-                if columns["message_id"]:
-                    yield record_batch(columns, self.schema)
+            yield from fetch_range(channel, self.options, self.schema, partition, DEFAULT_FETCH_ROWS)
+
+    def _lease(self, first: int, rows: int | None) -> int:
+        """Lease the batch from ``first``: the broker fills it from the group, which
+        hands its member messages asynchronously; ask again while the batch grows."""
+        end = first
+        for _ in range(_LEASE_ROUNDS):
+            grown = int(self._call("lease_latest", first, rows))
+            if grown == end or (rows is not None and grown >= first + rows):
+                return grown
+            end = grown
+        return end
+
+    def _too_few(self, first: int) -> bool:
+        """Fewer than ``min_messages_per_batch`` wait, and ``max_trigger_delay`` has not
+        passed since the last batch: no batch yet (never under availableNow)."""
+        least = self.options.min_messages_per_batch
+        if least is None or self._available_now:
+            return False
+        if time.monotonic() - self._last_batch >= self.options.max_trigger_delay:
+            return False
+        where = self._call("lease_target", first)
+        return bool(int(where["end"]) + int(where["waiting"]) - first < least)
+
+    def _rows(self, limit: ReadLimit) -> int | None:
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        cap = self.options.max_messages_per_batch
+        return min(rows, cap) if rows and cap else rows or cap
+
+    def _offset(self, offset: int) -> dict[str, Any]:
+        return {"offset": offset, LEASE_FIELD: self._lease_name}
+
+    def _check_loss(self, first: int, last: int) -> None:
+        missing = int(self._call("lease_missing", first, last))
+        if not missing:
+            return
+        text = (f"actorbus source {self.options.topic}/{self.options.group}: {missing} of "
+                f"the {last - first} offsets [{first}, {last}) of this batch are no longer "
+                "on the broker (it restarted, or they were acked by another run of this "
+                "consumer); their messages cannot be read again")
+        if self.options.fail_on_data_loss:
+            raise DataLossError(text + ". Set fail_on_data_loss=false to skip them.")
+        logger.warning("%s; skipped (fail_on_data_loss=false)", text)
 
     def _call(self, operation: str, *args: Any) -> Any:
         if self._channel is None:

@@ -68,3 +68,39 @@ def options(address: tuple[str, int], **extra: object) -> dict[str, str]:
     base = {"address": f"{address[0]}:{address[1]}", "authkey_env": KEY_ENV}
     base.update({k: str(v) for k, v in extra.items()})
     return base
+
+
+def publish(topic: Any, payloads: list[bytes]) -> None:
+    """Publish ``payloads`` as `Message` objects with attribute ``n`` (their index)."""
+    from runtime import Message
+
+    topic._publish_batch([Message(data=p, attributes={"n": str(i)}) for i, p in enumerate(payloads)]
+                         ).result(timeout=10)
+
+
+def drain(topic: Any, group: str = "check") -> list[Any]:
+    """Every message waiting in ``group``, acked."""
+    from runtime.errors import WouldBlock
+
+    subscription = topic.subscription(group=group)
+    out = []
+    try:
+        while True:
+            try:
+                delivery = subscription.receive_nowait()
+            except WouldBlock:
+                delivery = subscription.receive(timeout=1.0)
+            delivery.ack()
+            out.append(delivery.message)
+    except TimeoutError:
+        return out
+    finally:
+        subscription.unsubscribe()
+
+
+def finish(query: Any, timeout: float = 120) -> None:
+    """Wait for a query with an ending trigger; stop it either way."""
+    try:
+        assert query.awaitTermination(timeout), "the query did not finish in time"
+    finally:
+        query.stop()

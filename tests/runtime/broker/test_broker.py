@@ -150,7 +150,7 @@ def test_lease_ops_replay_and_ack_over_the_wire(bus: Bus, server: BusServer) -> 
         end = channel.call("lease_latest", *lease, start, 3)
         once = channel.call("lease_fetch", *lease, start, end)
         again = channel.call("lease_fetch", *lease, start, end)
-        position = channel.call("lease_ack", *lease, end)
+        position = channel.call("lease_ack", *lease, end)["position"]
 
     assert (start, end, position) == (0, 3, 3)
     assert once == again

@@ -129,8 +129,8 @@ def test_ack_is_cumulative_and_settles_only_below_offset(group: FakeGroup, clock
     log = make_log(group, clock)
     log.latest(0, 5)
 
-    position = log.ack(3)
-    again = log.ack(2)
+    position, _ = log.ack(3)
+    again, _ = log.ack(2)
 
     assert position == 3 and again == 3
     assert [d.state for d in deliveries] == ["acked"] * 3 + ["pending"] * 2
@@ -211,16 +211,45 @@ def test_unencodable_message_is_rejected_not_leased(group: FakeGroup, clock: Fak
     assert "cannot encode" in group.rejected[0][1]
 
 
-def test_ack_tolerates_deliveries_settled_elsewhere(group: FakeGroup, clock: FakeClock) -> None:
+def test_ack_reports_deliveries_settled_elsewhere(group: FakeGroup, clock: FakeClock) -> None:
     deliveries = group.publish(b"a", b"b")
     log = make_log(group, clock)
     log.latest(0, 2)
     deliveries[0].nack("timeout")
 
-    position = log.ack(2)
+    position, late = log.ack(2)
 
-    assert position == 2
+    assert (position, late) == (2, 1)
     assert deliveries[1].state == "acked"
+
+
+def test_an_ack_ahead_of_a_fresh_log_acks_nothing(group: FakeGroup, clock: FakeClock) -> None:
+    # A restarted broker: the checkpoint says 1000, the new log holds offsets from 0.
+    deliveries = group.publish(*[b"x"] * 3)
+    log = make_log(group, clock)
+
+    position, late = log.ack(1000)
+    end = log.advance(1000)
+
+    assert (position, late, end) == (0, 0, 1000)
+    assert [d.state for d in deliveries] == ["pending"] * 3
+    assert log.latest(1000, 10) == 1003
+
+
+def test_missing_counts_offsets_neither_held_nor_released(group: FakeGroup, clock: FakeClock) -> None:
+    group.publish(*[b"x"] * 6)
+    log = make_log(group, clock, lease_seconds=1.0)
+    log.latest(0, 2)
+    log.ack(2)  # [0, 2) acked
+    log.latest(2, 2)
+    clock.now += 2.0
+    log.expire()  # [2, 4) released to the group
+    log.latest(4, 2)  # [4, 6) held
+
+    assert log.missing(2, 6) == 0
+    assert log.missing(0, 6) == 2
+    assert log.missing(4, 9) == 3
+    assert log.missing(5, 5) == 0
 
 
 def test_close_returns_everything(group: FakeGroup, clock: FakeClock) -> None:
@@ -266,3 +295,20 @@ def test_ack_hands_the_acked_range_to_ack_many_at_once(group: FakeGroup, clock: 
 
     assert calls == [["m0", "m1", "m2"], ["m3", "m4"]]
     assert [d.state for d in deliveries] == ["pending"] * 5  # ack_many decides how to settle
+
+
+def test_ack_range_settles_one_range_and_moves_over_acked_heads(
+    group: FakeGroup, clock: FakeClock
+) -> None:
+    deliveries = group.publish(*[b"x"] * 6)
+    log = make_log(group, clock)
+    log.latest(0, 6)
+
+    log.ack_range(2, 4)
+    middle = log.position()
+    log.ack_range(0, 2)
+
+    assert [d.state for d in deliveries] == ["acked"] * 4 + ["pending"] * 2
+    assert (middle, log.position()) == (0, 4)
+    assert [r.message_id for r in log.fetch(0, 6)] == ["m4", "m5"]
+    assert log.close() == 2

@@ -46,3 +46,13 @@ def test_a_slice_is_judged_by_its_own_rows() -> None:
 
     assert head == {"payload": [b"a"], "attributes": [{"x": "1"}]}
     assert tail == {"payload": [b"b", b"c"], "key": ["k", None], "error": ["bad", None]}
+
+
+def test_binary_keys_map_losslessly_onto_text_keys() -> None:
+    raw = [b"caf\xc3\xa9", b"\xff\x00bin", None]
+    rows = pa.RecordBatch.from_pydict({"payload": [b"a", b"b", b"c"], "key": pa.array(raw, pa.binary())})
+
+    keys = sink_columns(rows, None)["key"]
+
+    assert keys[0] == "café"  # a UTF-8 key is its text
+    assert [None if k is None else k.encode("utf-8", "surrogateescape") for k in keys] == raw

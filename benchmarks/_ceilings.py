@@ -1,0 +1,146 @@
+"""Ceilings for the Spark rows: the same work between in-memory Python data sources.
+
+- ``memory`` streaming source: the actorbus source's schema and batch sizes, rows made
+  in the reading task as Arrow batches (distinct payloads), nothing on a network;
+- ``discard`` sink: an Arrow writer (batch and streaming) that counts and drops rows.
+
+What a Python data source can reach on the machine: the actorbus rows are reported as
+a ratio of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from runtime.spark._arrow import SOURCE_SCHEMA
+
+__all__ = ["MemorySource", "payload_of"]
+
+_CHUNK = 20_000
+_FILL = b"x" * 88
+
+
+def payload_of(index: int) -> bytes:
+    """The distinct 100-byte payload of row ``index``."""
+    return b"%012d" % index + _FILL
+
+
+class _Range(InputPartition):
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__((start, end))
+        self.start, self.end = start, end
+
+
+class _MemoryReader(DataSourceStreamReader):
+    def __init__(self, rows: int, batch: int, schema: StructType) -> None:
+        self.rows, self.batch, self.schema = rows, batch, schema
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.batch)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        first = int(start["offset"])
+        rows = self.rows - first if isinstance(limit, ReadAllAvailable) else self.batch
+        return {"offset": min(first + rows, self.rows)}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        first, last = int(start["offset"]), int(end["offset"])
+        step = max(-(-(last - first) // 2), 1)
+        return [_Range(a, min(a + step, last)) for a in range(first, last, step)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Range)
+        schema = to_arrow_schema(self.schema, timezone="UTC")
+        for first in range(partition.start, partition.end, _CHUNK):
+            yield _rows(first, min(first + _CHUNK, partition.end), schema)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to release."""
+
+
+def _rows(first: int, last: int, schema: pa.Schema) -> pa.RecordBatch:
+    count = last - first
+    columns = {
+        "message_id": pa.array([f"m{i}" for i in range(first, last)], pa.string()),
+        "key": pa.nulls(count, pa.string()),
+        "payload": pa.array([payload_of(i) for i in range(first, last)], pa.binary()),
+        "attributes": pa.MapArray.from_arrays(
+            pa.array([0] * (count + 1), pa.int32()), pa.array([], pa.string()),
+            pa.array([], pa.string())),
+        "published_at": pa.array([0] * count, pa.timestamp("us", tz="UTC")),
+        "attempt": pa.array([1] * count, pa.int32()),
+    }
+    return pa.RecordBatch.from_arrays(
+        [columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+@dataclass
+class Counted(WriterCommitMessage):
+    """Rows one discarding task saw."""
+
+    rows: int
+
+
+def _count(batches: Iterator[pa.RecordBatch]) -> Counted:
+    return Counted(sum(batch.num_rows for batch in batches))
+
+
+class _DiscardWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Counted:
+        return _count(iterator)
+
+
+class _DiscardStreamWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Counted:
+        return _count(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to publish."""
+
+
+class MemorySource(DataSource):
+    """``format("memory_ceiling")``: options ``rows`` and ``batch`` for the source."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "memory_ceiling"
+
+    def schema(self) -> str:
+        """The actorbus source's columns."""
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> _MemoryReader:
+        """Rows made in the reading task."""
+        return _MemoryReader(int(self.options["rows"]), int(self.options["batch"]), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> _DiscardWriter:
+        """Counts and drops."""
+        return _DiscardWriter()
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _DiscardStreamWriter:
+        """Counts and drops."""
+        return _DiscardStreamWriter()
+
+
+def register_ceiling(spark: Any) -> None:
+    """Register ``memory_ceiling`` with ``spark``."""
+    spark.dataSource.register(MemorySource)

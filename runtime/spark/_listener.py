@@ -1,0 +1,63 @@
+"""Acks the batch a query committed last, from the query's progress events.
+
+The stream reader acks a batch when Spark asks for the next one, so the last batch of
+a query that stops, and the only batch of ``trigger(once=True)``, would stay leased
+until the lease expired and the group redelivered them. Spark reports a batch's
+progress after its commit-log entry is written, so an ``endOffset`` seen in a progress
+event is committed: this listener, in the user's driver process, acks it.
+
+Acks are cumulative and idempotent, and the broker acks only what its lease log handed
+out, so a late or repeated event acks nothing twice and nothing unread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from runtime.broker._client import Channel, parse_address
+from runtime.spark._options import read_authkey
+from runtime.spark._source import lease_of_offset
+
+__all__ = ["AckOnProgress"]
+
+logger = logging.getLogger(__name__)
+
+
+class AckOnProgress(StreamingQueryListener):
+    """Acks every actorbus source's ``endOffset`` of each progress event."""
+
+    def onQueryStarted(self, event: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryProgress(self, event: Any) -> None:
+        """Ack each actorbus source's committed end offset."""
+        for source in event.progress.sources:
+            try:
+                ack_end_offset(source.endOffset)
+            except Exception as exc:  # the next batch's latestOffset acks it anyway
+                logger.warning("actorbus: could not ack a committed batch: %s", exc)
+
+    def onQueryIdle(self, event: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryTerminated(self, event: Any) -> None:
+        """Nothing to do."""
+
+
+def ack_end_offset(end_offset: str | None) -> bool:
+    """Ack below an actorbus offset (JSON); False for another source's offset."""
+    try:
+        offset = json.loads(end_offset) if end_offset else None
+    except ValueError:
+        return False
+    lease = lease_of_offset(offset) if isinstance(offset, dict) else None
+    if lease is None or not isinstance(offset, dict):
+        return False
+    address, authkey_env, topic, group, consumer, lease_seconds = lease
+    with Channel(parse_address(address), read_authkey(authkey_env)) as channel:
+        channel.call("lease_ack", topic, group, consumer, float(lease_seconds), int(offset["offset"]))
+    return True
