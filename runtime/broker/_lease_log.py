@@ -49,6 +49,8 @@ class LeaseSource(Protocol):
 
     def receive_many(self, max_messages: int, timeout: float | None = None) -> list[LeasedDelivery]: ...
 
+    def extend(self, deliveries: Sequence[LeasedDelivery]) -> int: ...
+
     def unsubscribe(self) -> None: ...
 
 
@@ -119,9 +121,14 @@ class LeaseLog:
                 self._beat()
 
     def heartbeat(self) -> None:
-        """Extend every lease by ``lease_seconds`` from now."""
+        """Extend every lease by ``lease_seconds`` from now, and the ack deadline of every
+        delivery the consumer holds: a query still working on a batch keeps it."""
         with self._lock:
             self._beat()
+            source = self._source
+            held = [d for d in self._deliveries if d is not None]
+        if source is not None and held:
+            source.extend(held)
 
     def latest(self, start: int, max_rows: int | None) -> int:
         """Lease up to ``max_rows`` records from ``start`` on; return the end offset.

@@ -182,12 +182,14 @@ class Subscribers:
             if group is None:
                 self._ring.add(sid, None)
                 source = RingSource(self._ring, sid, self._ledger, self._tracker)
-                return PullSubscription(sid, None, source, lambda: self._unsubscribe(seat))
+                return PullSubscription(sid, None, source, lambda: self._unsubscribe(seat),
+                                        self._ledger.renew)
             handle = self.create_group(group)
             pull = PullEndpoint(seat.key, sid, handle.ref, self._topic, prefetch)
             self._groups[group].pulls[sid] = pull
             self._join(group, seat, pull)
-            return PullSubscription(sid, group, pull, lambda: self._leave(group, seat))
+            return PullSubscription(sid, group, pull, lambda: self._leave(group, seat),
+                                    self._ledger.renew)
 
     def close(self) -> None:
         """The topic closed: end every group's queue (``closed``), wake pull readers."""

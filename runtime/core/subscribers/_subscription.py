@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from actors import Ref
@@ -76,9 +76,30 @@ class PullSubscription(Subscription, Generic[T]):
 
     def __init__(
         self, id: int, group: str | None, source: Source, detach: Callable[[], None],
+        renew: Callable[..., None] | None = None,
     ) -> None:
         super().__init__(id, group, detach)
         self._source = source
+        self._renew = renew
+
+    def extend(self, deliveries: Iterable[Delivery[T]]) -> int:
+        """Restart the ack deadline of the still-pending ``deliveries``, from now (a reader
+        still working on them says so, like Pub/Sub's ``modify_ack_deadline``).
+
+        Returns how many were still pending (the others settled or expired already).
+        Never blocks on the topic; without an ``ack_timeout`` it only counts.
+        """
+        renewed: set[int] = set()
+        pending = 0
+        for delivery in deliveries:
+            if not delivery.pending:
+                continue
+            pending += 1
+            handover = delivery._handover
+            if self._renew is not None and id(handover) not in renewed:
+                renewed.add(id(handover))
+                self._renew(handover, force=True)
+        return pending
 
     def __iter__(self) -> Iterator[Delivery[T]]:
         """Yield deliveries until the topic closes or this unsubscribes."""

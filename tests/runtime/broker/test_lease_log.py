@@ -49,6 +49,7 @@ class FakeGroup:
         self.queue: deque[FakeDelivery] = deque()
         self.members = 0
         self.rejected: list[tuple[str, str]] = []
+        self.extended: list[int] = []
 
     def publish(self, *messages: Any) -> list[FakeDelivery]:
         out = [FakeDelivery(m, f"m{len(self.queue) + i}") for i, m in enumerate(messages)]
@@ -71,6 +72,10 @@ class FakeGroup:
             if not queue:
                 raise TimeoutError()
             return [queue.popleft() for _ in range(min(max_messages, len(queue)))]
+
+        def extend(self, deliveries: Any) -> int:
+            self.group.extended.append(len(deliveries))
+            return len(deliveries)
 
         def unsubscribe(self) -> None:
             self.group.members -= 1
