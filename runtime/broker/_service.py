@@ -282,7 +282,15 @@ class BrokerService:
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
         for future in futures:
-            ids += self._result(future, deadline, str(getattr(topic, "name", "")))
+            try:
+                ids += self._result(future, deadline, str(getattr(topic, "name", "")))
+            except TimeoutError:
+                # Say what holds the publish (a full group, max_pending, a ring behind), not
+                # just that it timed out: a Spark commit shows this text to the user.
+                held = topic.held_by() or "the topic did not accept the batch in time"
+                raise TimeoutError(
+                    f"publishing {len(messages)} messages to topic {topic.name!r} timed out "
+                    f"after {self._publish_timeout}s: {held}") from None
         return ids
 
     def _result(self, future: Future[list[str]], deadline: float, name: str) -> list[str]:

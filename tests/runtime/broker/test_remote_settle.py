@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from runtime import Bus
 from runtime.broker._settle import ack_in_bulk
 from runtime.core.settlement._delivery import Delivery, HandOver
@@ -67,3 +69,21 @@ def test_bulk_ack_settles_a_real_topic() -> None:
         stats = topic.stats()
         assert (stats.delivered, stats.nacked, stats.pending) == (200, 0, 0)
         member.unsubscribe()
+
+
+def test_a_batch_publish_into_a_full_group_says_which_group_holds_it() -> None:
+    from runtime import Message
+    from runtime.broker._service import BrokerService
+
+    with Bus() as bus:
+        topic = bus.create_topic("orders", balanced_capacity=4)
+        topic.create_group("billing")  # nobody reads it: it fills after 4
+        service = BrokerService(bus, publish_timeout=0.5)
+
+        with pytest.raises(TimeoutError) as caught:
+            service.publish_batch("orders", [Message(data=b"m%d" % n) for n in range(10)])
+        service.close()
+        topic.close()
+
+    text = str(caught.value)
+    assert "topic 'orders'" in text and "billing" in text
