@@ -183,7 +183,7 @@ def test_a_consumer_letting_deliveries_time_out_keeps_its_session_books_bounded(
     figures: Any,  # noqa: F811
 ) -> None:
     with Bus() as bus:
-        topic = bus.create_topic("slow", ack_timeout=0.3, max_delivery_attempts=1, balanced_capacity=4000)
+        topic = bus.create_topic("slow", ack_timeout=0.1, max_delivery_attempts=1, balanced_capacity=4000)
         server = bus.serve(authkey=KEY)
         remote = runtime.connect(server.address, authkey=KEY)
         try:
