@@ -38,7 +38,7 @@ class Worker(Actor):
         if message == "bad":
             return Refused(code=7)
         if message == "spawn":
-            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # sleep-ok
             self.children.append(child)
             return child.pid
         if message == "pid":
