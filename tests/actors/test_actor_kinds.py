@@ -6,14 +6,14 @@ one kind does lives in ``test_actor.py`` and ``process/test_process_actor.py``.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.supervision import event_list
 
-from actors import Actor, ActorSystem, Event
+from actors import Actor, ActorSystem
 from actors.errors import ActorDeadError, ActorNotFoundError, AskTimeoutError
 
 
@@ -49,17 +49,6 @@ def system() -> Any:
         yield system
 
 
-def _events(system: ActorSystem) -> tuple[list[Event], threading.Condition]:
-    events: list[Event] = []
-    cond = threading.Condition()
-
-    def add(event: Event) -> None:
-        with cond:
-            events.append(event)
-            cond.notify_all()
-
-    system.events.subscribe(add)
-    return events, cond
 
 
 def test_tell_and_ask_are_handled_in_order(system: ActorSystem, kind: str) -> None:
@@ -105,7 +94,7 @@ def test_failed_ask_reaches_the_caller_and_the_actor_resumes(system: ActorSystem
 
 def test_failed_tell_restarts_and_queued_mail_survives(system: ActorSystem, kind: str,
                                                       tmp_path: Path) -> None:
-    events, cond = _events(system)
+    events, cond = event_list(system)
     ref = system.spawn(Recorder, name="r", process=kind == "process")
     ref.ask("warm").result(10)
 

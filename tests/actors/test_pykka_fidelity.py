@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import pykka
 import pytest
+from support.supervision import event_list
 
-from actors import Actor, ActorSystem, Event
+from actors import Actor, ActorSystem
 
 
 class Account(Actor):
@@ -64,17 +64,6 @@ def system() -> Any:
         yield system
 
 
-def _events(system: ActorSystem) -> tuple[list[Event], threading.Condition]:
-    events: list[Event] = []
-    cond = threading.Condition()
-
-    def add(event: Event) -> None:
-        with cond:
-            events.append(event)
-            cond.notify_all()
-
-    system.events.subscribe(add)
-    return events, cond
 
 
 def test_proxy_calls_methods_and_reads_and_writes_attributes(system: ActorSystem, kind: str) -> None:
@@ -108,7 +97,7 @@ def test_proxy_defer_has_tell_semantics_and_a_failing_call_fails_its_future(
 
 def test_self_actor_ref_reaches_the_live_mailbox_also_after_a_restart(
         system: ActorSystem, kind: str) -> None:
-    events, cond = _events(system)
+    events, cond = event_list(system)
     ref = system.spawn(Account, name="acct", process=kind == "process")
 
     ref.tell("self-tell")
@@ -165,7 +154,7 @@ def test_failures_of_a_process_actor_are_logged_in_the_parent(
                          [("exit", SystemExit), ("interrupt", KeyboardInterrupt)])
 def test_a_base_exception_fails_the_actor_and_the_supervisor_restarts_it(
         system: ActorSystem, kind: str, message: str, error: type[BaseException]) -> None:
-    events, cond = _events(system)
+    events, cond = event_list(system)
     ref = system.spawn(Account, name="acct", process=kind == "process")
     ref.tell("before")
 
@@ -186,7 +175,7 @@ def test_pykka_start_raises_a_type_error_pointing_to_spawn() -> None:
 
 
 def test_self_stop_in_on_start_is_final_for_a_spawned_actor(system: ActorSystem, kind: str) -> None:
-    events, cond = _events(system)
+    events, cond = event_list(system)
     bystander = system.spawn(Account, name="bystander")
 
     ref = system.spawn(StopsInStart, name="quits", process=kind == "process")
@@ -202,7 +191,7 @@ def test_self_stop_in_on_start_is_final_for_a_spawned_actor(system: ActorSystem,
 
 def test_ref_stop_is_final_and_a_crash_restarts_a_spawned_actor(system: ActorSystem,
                                                                 kind: str) -> None:
-    events, cond = _events(system)
+    events, cond = event_list(system)
     crashing = system.spawn(Account, name="crashing", process=kind == "process")
     stopping = system.spawn(Account, name="stopping", process=kind == "process")
 

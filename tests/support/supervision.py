@@ -32,19 +32,25 @@ class EventLog:
 
     def __init__(self, system: ActorSystem) -> None:
         self.events: list[Event] = []
-        self._cond = threading.Condition()
+        self.cond = threading.Condition()
         system.events.subscribe(self._add)
 
     def _add(self, event: Event) -> None:
-        with self._cond:
+        with self.cond:
             self.events.append(event)
-            self._cond.notify_all()
+            self.cond.notify_all()
 
     def wait_for(self, kind: str, name: str, count: int = 1, timeout: float = 5.0) -> list[Event]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.of(kind, name)) >= count, timeout), (
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.of(kind, name)) >= count, timeout), (
                 f"no {count} {kind} events for {name}: {self.events}")
             return self.of(kind, name)
 
     def of(self, kind: str, name: str | None = None) -> list[Event]:
         return [e for e in self.events if e.kind == kind and (name is None or e.name == name)]
+
+
+def event_list(system: ActorSystem) -> tuple[list[Event], threading.Condition]:
+    """Every event from now on, and the condition notified on each (for ``wait_for``)."""
+    log = EventLog(system)
+    return log.events, log.cond

@@ -13,8 +13,9 @@ from typing import Any
 
 import psutil
 import pytest
+from support.supervision import event_list
 
-from actors import Actor, ActorSystem, ChildSpec, Event, SupervisorSpec
+from actors import Actor, ActorSystem, ChildSpec, SupervisorSpec
 from actors.errors import MessageNotSerializableError, WorkerCrashedError
 
 
@@ -60,21 +61,10 @@ def system(request: pytest.FixtureRequest) -> Any:
         yield system
 
 
-def _wait_events(system: ActorSystem) -> tuple[list[Event], threading.Condition]:
-    events: list[Event] = []
-    cond = threading.Condition()
-
-    def add(event: Event) -> None:
-        with cond:
-            events.append(event)
-            cond.notify_all()
-
-    system.events.subscribe(add)
-    return events, cond
 
 
 def test_sigkill_is_detected_and_the_actor_restarted_within_a_second(system: ActorSystem) -> None:
-    events, cond = _wait_events(system)
+    events, cond = event_list(system)
     ref = system.spawn(Echo, name="victim", process=True)
     pid = ref.ask("pid").result(10)
     in_flight = ref.ask(("sleep", 30), timeout=None)
@@ -195,7 +185,7 @@ class Hangs(Actor):
 
 
 def test_a_hung_handler_is_detected_and_its_process_replaced(system: ActorSystem) -> None:
-    events, cond = _wait_events(system)
+    events, cond = event_list(system)
     pool = system.pool(Hangs, size=1, name="hangs", stuck_after=0.5)
     pid = pool.ask("pid").result(10)
     started = time.monotonic()
@@ -211,7 +201,7 @@ def test_a_hung_handler_is_detected_and_its_process_replaced(system: ActorSystem
 
 
 def test_a_frozen_process_is_detected_by_its_missing_heartbeats(system: ActorSystem) -> None:
-    events, cond = _wait_events(system)
+    events, cond = event_list(system)
     pool = system.pool(Hangs, size=1, name="frozen", stuck_after=0.5)
     pid = pool.ask("pid").result(10)
 

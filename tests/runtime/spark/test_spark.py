@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.spark import KEY_ENV, authkey, needs_spark, options, spark_session
+from support.spark import KEY_ENV, authkey, drain, needs_spark, options, publish, spark_session
 
 from runtime import Bus, Message
 from runtime.broker._client import Channel
 from runtime.broker._server import BusServer, serve
-from runtime.errors import WouldBlock
 
 pytestmark = [*needs_spark, pytest.mark.timeout(300)]
 
@@ -63,28 +62,6 @@ def topic_pair(make_topic: Any) -> Any:
     """A fresh input topic (group "spark") and output topic (group "check")."""
     return lambda **settings: (make_topic("in", "spark", **settings), make_topic("out", "check"))
 
-
-def publish(topic: Any, payloads: list[bytes]) -> None:
-    topic._publish_batch([Message(data=p, attributes={"n": str(i)}) for i, p in enumerate(payloads)]
-                         ).result(timeout=10)
-
-
-def drain(topic: Any, group: str = "check") -> list[Any]:
-    """Every message waiting in ``group``, acked."""
-    subscription = topic.subscription(group=group)
-    out = []
-    try:
-        while True:
-            try:
-                delivery = subscription.receive_nowait()
-            except WouldBlock:
-                delivery = subscription.receive(timeout=1.0)
-            delivery.ack()
-            out.append(delivery.message)
-    except TimeoutError:
-        return out
-    finally:
-        subscription.unsubscribe()
 
 
 def stream(spark: Any, server: BusServer, source: Any, sink: Any, checkpoint: Path,
