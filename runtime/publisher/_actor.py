@@ -4,7 +4,8 @@ All batching and ordering state lives in this actor and changes only in its thre
 Callers (the `Publisher` handle) reach it through its mailbox:
 
 - `Publish` (one tell per message) adds a message to its lane's open batch;
-- `SendNow` closes every open batch (a publish about to block in flow control);
+- `SendNow` closes every open batch (a publish about to block in flow control) unless
+  the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
 - `Tick` comes from the ticker at the earliest batch deadline;
 - `BatchDone` comes back from the topic's future, through a tell, for every batch sent;
@@ -113,11 +114,12 @@ class PublisherActor(Actor):
             self._batch_done(message)
         elif message.__class__ is Tick:
             self._tick()
-        elif isinstance(message, SendNow | Flush):
+        elif isinstance(message, SendNow):
+            self._relieve()
+        elif isinstance(message, Flush):
             self._close_all()
-            if isinstance(message, Flush):
-                self._barriers.add(message.done, last_id=self._batcher.last_id,
-                                   outstanding=len(self._outstanding))
+            self._barriers.add(message.done, last_id=self._batcher.last_id,
+                               outstanding=len(self._outstanding))
         elif isinstance(message, SetOptions):
             self._set_options(message)
         elif isinstance(message, Resume):
@@ -131,9 +133,12 @@ class PublisherActor(Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        if self._ordering:
+        if self._ordering:  # one call per key: a key's messages keep their order
+            lanes: dict[str | None, list[Parts]] = {}
             for row in zip(datas, attributes, keys, futures, sizes, strict=True):
-                self._publish(row)
+                lanes.setdefault(row[2], []).append(row)
+            for key, rows in lanes.items():
+                self._publish(key, rows)
             return
         for batch in self._batcher.add_columns(None, datas, attributes, keys, futures, sizes):
             self._close(batch)  # one lane: the burst is sliced into batches
@@ -150,13 +155,13 @@ class PublisherActor(Actor):
                 gate.count_in(*uncounted(columns[4], columns[5]))
         return columns
 
-    def _publish(self, parts: Parts) -> None:
-        key = parts[2]
+    def _publish(self, key: str | None, rows: list[Parts]) -> None:
         if key is not None and self._sequencer.is_paused(key):
-            fail_future(parts[3], OrderingKeyPausedError(key))
-            self._gate.release(1, parts[4])
+            for parts in rows:
+                fail_future(parts[3], OrderingKeyPausedError(key))
+                self._gate.release(1, parts[4])
             return
-        for batch in self._batcher.add_many(key, (parts,)):
+        for batch in self._batcher.add_many(key, rows):
             self._close(batch)
         if self._tick_at is None:
             self._arm()
@@ -174,6 +179,14 @@ class PublisherActor(Actor):
         for batch in self._batcher.due():
             self._close(batch)
         self._arm()
+
+    def _relieve(self) -> None:
+        """A publish waits for capacity: send the open batches unless those in flight hold
+        more (their confirmations free it sooner, and open batches keep filling instead of
+        leaving in slivers). Each confirmation while one waits checks again."""
+        in_flight = sum(len(self._outstanding[batch_id]) for batch_id in self._in_flight)
+        if in_flight <= self._batcher.open_messages():
+            self._close_all()
 
     def _close_all(self) -> None:
         for batch in self._batcher.drain():
@@ -216,6 +229,8 @@ class PublisherActor(Actor):
         batch = self._outstanding[done.batch_id]
         ids, error = _outcome(done.result, len(batch))
         self._settle(batch, ids, error)
+        if self._gate.congested:
+            self._relieve()
         key = batch.key
         if key is None:
             self._unkeyed_in_flight -= 1

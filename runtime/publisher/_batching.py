@@ -149,6 +149,10 @@ class Batcher:
         """The number of open batches."""
         return len(self._open)
 
+    def open_messages(self) -> int:
+        """The messages waiting in open batches."""
+        return sum(len(batch) for batch in self._open.values())
+
     def add(
         self, key: str | None, message: Message, future: Future[str], size: int
     ) -> list[Batch]:

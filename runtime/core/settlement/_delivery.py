@@ -73,6 +73,14 @@ class HandOver:
         self.buffer = None
         return buffer
 
+    def settled(self) -> bool:
+        """True when nothing of it is pending any more."""
+        return not self.pending
+
+    def unsettled(self) -> dict[int, Delivery[Any]]:
+        """The deliveries nothing has claimed yet, by index."""
+        return self.pending
+
 
 class Delivery(Generic[T]):
     """One message handed to one subscriber; settle it with `ack` or `nack`.
@@ -284,4 +292,4 @@ def handovers_of(deliveries: Sequence[Delivery[Any]]) -> set[HandOver]:
 
 def claim_all(handover: HandOver, reason: str) -> list[Delivery[Any]]:
     """Expire every still-pending delivery of ``handover`` with ``reason``; the ones won."""
-    return [d for d in list(handover.pending.values()) if d._expire(reason)]
+    return [d for d in list(handover.unsettled().values()) if d._expire(reason)]

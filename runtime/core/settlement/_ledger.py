@@ -23,6 +23,7 @@ from runtime.core.settlement._admission import Admission
 from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
 from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
+from runtime.core.settlement._tranche import Tranche
 from runtime.errors import TopicClosedError
 
 __all__ = ["Ledger"]
@@ -160,6 +161,29 @@ class Ledger(Admission):
             self._changed.notify_all()
         _run(effects)
 
+    def settle_whole(self, tranche: Tranche) -> None:
+        """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""
+        effects: list[Effect] = []
+        with self._changed:
+            if tranche.live:
+                tranche.live = False
+                del self._live[tranche.id]
+            tracks, completed = self._tracks, len(tranche.envelopes)
+            if tracks:  # per-message outcomes to complete: a dict lookup each
+                completed = 0
+                for envelope in tranche.envelopes:
+                    track = tracks.get(envelope[SEQ])
+                    if track is None:
+                        completed += 1
+                    else:
+                        track.remaining -= 1
+                        if track.remaining == 0:
+                            self._complete(envelope[SEQ], track, effects)
+            self.pending -= completed
+            self._counters.delivered += completed
+            self._changed.notify_all()
+        _run(effects)
+
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
         effects: list[Effect] = []
@@ -213,7 +237,7 @@ class Ledger(Admission):
     def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
         live = self._live
         for handover in handovers_of(deliveries):  # forget the ones now fully settled
-            if handover.live and not handover.pending:
+            if handover.live and handover.settled():
                 handover.live = False
                 del live[handover.id]
         tracks = self._tracks

@@ -8,6 +8,7 @@ from typing import Any
 from actors import Actor
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.settlement._tranche import Tranche
 
 __all__ = ["SWEEP", "TICK", "TrackerActor"]
 
@@ -29,7 +30,8 @@ SWEEP = _Sweep()
 class TrackerActor(Actor):
     """Aggregates one topic's settlements into outcomes, stats and dead letters.
 
-    Mail: a settled `Delivery`, a list of them (one handler batch), `TICK`, `SWEEP`.
+    Mail: a settled `Delivery`, a list of them (one handler batch), a `Tranche` acked
+    whole, `TICK`, `SWEEP`.
 
     Args:
         ledger: the topic's books.
@@ -43,6 +45,8 @@ class TrackerActor(Actor):
         """Apply one mailbox message to the ledger."""
         if type(message) is list:
             self._ledger.settle(message)
+        elif type(message) is Tranche:
+            self._ledger.settle_whole(message)
         elif isinstance(message, Delivery):
             self._ledger.settle((message,))
         elif isinstance(message, _Tick):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import repeat
 from typing import Any, Protocol
 
 from actors import Actor, Ref
 from runtime.core._envelope import KEY, Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._delivery import Delivery, HandOver, claim_all
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.settlement._tranche import hand_over
 from runtime.core.subscribers._gate import Gate
 
 __all__ = ["Credit", "End", "Endpoint", "GroupActor", "Join", "Leave", "Requeue"]
@@ -27,13 +28,16 @@ class Endpoint(Protocol):
 
     ``window`` bounds the deliveries it holds unsettled (its prefetch); ``handovers``,
     when not None, bounds the hand-overs it holds unsettled (a worker process: while it
-    is busy, what arrives waits in the group and leaves as one larger hand-over).
+    is busy, what arrives waits in the group and leaves as one larger hand-over). With
+    ``tranches`` it is pushed one `Tranche` and no deliveries (it builds none unless
+    something fails).
     """
 
     key: int
     subscriber_id: int
     window: int
     handovers: int | None
+    tranches: bool
 
     def cap(self) -> int:
         """The most deliveries one hand-over may carry now."""
@@ -294,31 +298,42 @@ class GroupActor(Actor):
     def _send(self, member: Endpoint, room: int, share: int) -> int:
         """Hand ``member`` its keyed messages and up to ``share`` unkeyed ones, at most
         ``room`` in all; returns how many went."""
-        handover = HandOver(self._tracker, member.subscriber_id, self._name)
-        out: list[Delivery[Any]] = []
-        bucket = self._buckets.get(member.key)
-        while bucket and len(out) < room:
-            out.append(Delivery(bucket.popleft(), handover, len(out), 1))
-        limit = min(room, len(out) + share)
-        retries = self._retries
-        while retries and len(out) < limit:
-            envelope, attempt = retries.popleft()
-            out.append(Delivery(envelope, handover, len(out), attempt))
-        queue, start = self._queue, len(out)
-        if queue and start < limit:
-            popleft = queue.popleft
-            envelopes = [popleft() for _ in range(min(limit - start, len(queue)))]
-            out.extend(map(Delivery, envelopes, repeat(handover), count(start), repeat(1)))
-        if not out:
+        envelopes, attempts = self._take(member.key, room, share)
+        if not envelopes:
             return 0
-        self._gate.release(len(out))
-        handover.pending = dict(enumerate(out))
+        self._gate.release(len(envelopes))
+        handover, out = hand_over(  # a worker's is one record until something fails
+            self._tracker, member.subscriber_id, self._name, envelopes, attempts,
+            whole=member.tranches,
+        )
         if not self._ledger.register(handover):
-            for delivery in out:
-                delivery._expire("closed")
-            self._ledger.settle(out)
-            return len(out)
-        self._unsettled[member.key] += len(out)
+            self._ledger.settle(claim_all(handover, "closed"))
+            return len(envelopes)
+        self._unsettled[member.key] += len(envelopes)
         self._inflight[member.key] += 1
         member.push(handover, out)
-        return len(out)
+        return len(envelopes)
+
+    def _take(self, key: int, room: int, share: int) -> tuple[list[Envelope], list[int] | None]:
+        """Dequeue member ``key``'s keyed messages, then retries and unkeyed ones up to
+        ``share`` more, at most ``room`` in all; their attempts (None: all first ones)."""
+        envelopes: list[Envelope] = []
+        attempts: list[int] | None = None
+        bucket = self._buckets.get(key)
+        while bucket and len(envelopes) < room:
+            envelopes.append(bucket.popleft())
+        limit = min(room, len(envelopes) + share)
+        retries = self._retries
+        if retries and len(envelopes) < limit:
+            attempts = [1] * len(envelopes)
+            while retries and len(envelopes) < limit:
+                envelope, attempt = retries.popleft()
+                envelopes.append(envelope)
+                attempts.append(attempt)
+        queue, start = self._queue, len(envelopes)
+        if queue and start < limit:
+            popleft = queue.popleft
+            envelopes.extend([popleft() for _ in range(min(limit - start, len(queue)))])
+            if attempts is not None:
+                attempts.extend(repeat(1, len(envelopes) - start))
+        return envelopes, attempts

@@ -124,6 +124,7 @@ class ThreadEndpoint:
     """The group's view of a `MemberActor`: up to ``window`` deliveries unsettled."""
 
     handovers: int | None = None
+    tranches = False
 
     def __init__(self, seat: Seat, ref: Ref, window: int = THREAD_WINDOW) -> None:
         self.key = seat.key

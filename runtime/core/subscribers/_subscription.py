@@ -169,6 +169,7 @@ class PullEndpoint:
     """A pull group member: the group pushes up to ``window`` deliveries into its buffer."""
 
     handovers: int | None = None
+    tranches = False
 
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
                  window: int = 1) -> None:

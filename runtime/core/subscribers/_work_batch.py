@@ -15,6 +15,7 @@ from itertools import repeat
 from typing import Any
 
 from actors import Actor
+from runtime.core._envelope import Envelope
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked
 from runtime.core.subscribers._member import Handler, run_handler
 
@@ -55,18 +56,25 @@ class WorkBatch:
     def of(cls, subscriber_id: int, group: str, topic: str,
            deliveries: list[Delivery[Any]], ack_timeout: float | None = None) -> WorkBatch:
         """The columns of ``deliveries`` (in index order)."""
-        _, ids, payloads, keys, attributes, _, stamps = zip(
-            *[d._envelope for d in deliveries], strict=True,
+        return cls.of_envelopes(
+            subscriber_id, group, topic, [d._envelope for d in deliveries],
+            [d._attempt for d in deliveries], ack_timeout,
         )
-        attempts = [d._attempt for d in deliveries]
-        count = len(deliveries)
+
+    @classmethod
+    def of_envelopes(cls, subscriber_id: int, group: str, topic: str,
+                     envelopes: list[Envelope], attempts: list[int] | None,
+                     ack_timeout: float | None = None) -> WorkBatch:
+        """The columns of ``envelopes`` with their ``attempts`` (None: all first ones)."""
+        _, ids, payloads, keys, attributes, _, stamps = zip(*envelopes, strict=True)
+        count = len(envelopes)
         first_stamp = stamps[0]
         return cls(
             subscriber_id, group, topic, ids, payloads,
             None if keys.count(None) == count else keys,
             None if attributes.count({}) == count else attributes,
             first_stamp if stamps.count(first_stamp) == count else stamps,
-            None if attempts.count(1) == count else attempts,
+            None if attempts is None or attempts.count(1) == count else attempts,
             ack_timeout,
         )
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 from actors import Ref
+from runtime.core._envelope import TOPIC
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
+from runtime.core.settlement._tranche import Tranche
 from runtime.core.subscribers._group import Credit
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
 
@@ -55,6 +57,7 @@ class ProcessEndpoint:
     """
 
     handovers: int | None = PROCESS_HANDOVERS
+    tranches = True
 
     def __init__(
         self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref,
@@ -89,18 +92,21 @@ class ProcessEndpoint:
         return cost is not None and cost * count < SPLIT_WORTH
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
-        """Ask the worker to handle the batch; settle from its answer (never blocks)."""
-        topic = deliveries[0].topic
-        batch = WorkBatch.of(
-            self.subscriber_id, handover.group or "", topic, deliveries, self._ack_timeout,
+        """Ask the worker to handle the tranche (``handover``; ``deliveries`` is empty);
+        settle from its answer (never blocks)."""
+        tranche = cast(Tranche, handover)
+        envelopes = tranche.envelopes
+        batch = WorkBatch.of_envelopes(
+            self.subscriber_id, tranche.group or "", envelopes[0][TOPIC], envelopes,
+            tranche.attempts, self._ack_timeout,
         )
         try:
             future = self._worker.ask(batch, timeout=None)
         except Exception as exc:  # e.g. a payload that does not pickle
-            self._fail(handover, deliveries, "error", str(exc) or type(exc).__name__)
+            self._fail(tranche, "error", str(exc) or type(exc).__name__)
             return
-        self._running.append(handover)  # only the answer callbacks remove (one I/O thread)
-        future.add_done_callback(self._answered(handover, deliveries))
+        self._running.append(tranche)  # only the answer callbacks remove (one I/O thread)
+        future.add_done_callback(self._answered(tranche))
 
     def _started_next(self, handover: HandOver) -> None:
         """``handover`` was answered: the worker now runs the next one, whose ack
@@ -111,36 +117,36 @@ class ProcessEndpoint:
         if running and self._renew is not None:
             self._renew(running[0])
 
-    def _answered(
-        self, handover: HandOver, deliveries: list[Delivery[Any]],
-    ) -> Callable[[Future[Any]], None]:
+    def _answered(self, tranche: Tranche) -> Callable[[Future[Any]], None]:
         def done(future: Future[Any]) -> None:
-            self._started_next(handover)
+            self._started_next(tranche)
             error = future.exception()
             if error is not None:
                 logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
-                self._fail(handover, deliveries, "worker_crashed", str(error))
+                self._fail(tranche, "worker_crashed", str(error))
                 return
             elapsed, reply = future.result()
-            per_message = elapsed / len(deliveries)
+            size = len(tranche.envelopes)
+            per_message = elapsed / size
             cost = self._cost
             self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
-            if type(reply) is int:
-                self._finish(_claim_acked(handover, deliveries), len(deliveries))
-            else:
-                self._finish(_claim_settled(deliveries, reply), len(deliveries))
+            if type(reply) is not int:
+                self._finish(_claim_settled(tranche.unpack(), reply), size)
+            elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
+                self._tracker.tell(tranche)
+                self._group.tell(Credit(self.key, size, 1))
+            else:  # a deadline or the close sweep took some: settle the rest one by one
+                self._finish(_claim_acked(tranche, tranche.unpack()), size)
 
         return done
 
-    def _fail(
-        self, handover: HandOver, deliveries: list[Delivery[Any]], reason: str, error: str,
-    ) -> None:
+    def _fail(self, tranche: Tranche, reason: str, error: str) -> None:
         settled = []
-        for delivery in deliveries:
+        for delivery in tranche.unpack():
             if delivery._claim():
                 delivery._set_nacked(reason, error)
                 settled.append(delivery)
-        self._finish(settled, len(deliveries))
+        self._finish(settled, len(tranche.envelopes))
 
     def _finish(self, settled: list[Delivery[Any]], count: int) -> None:
         if settled:

@@ -192,3 +192,39 @@ def test_capacity_is_released_once_on_failure_and_pause(system: ActorSystem) -> 
 
     assert pub.outstanding == (1, 1)
     topic_confirm_on_send(topic, pub)
+
+
+def test_a_blocked_publish_leaves_an_open_batch_filling_while_more_is_in_flight(
+    system: ActorSystem,
+) -> None:
+    topic = FakeTopic(hold=True)
+    flow = FlowControl(max_outstanding_messages=40)
+    pub = Publisher(topic, system=system, batching=BatchSettings(max_messages=30, max_latency=60.0),
+                    flow_control=flow, message_ordering=True)
+    for number in range(30):
+        pub.publish(b"a%d" % number, ordering_key="a")  # a full batch: sent and held
+    topic.wait_for_held(1)
+    for number in range(10):
+        pub.publish(b"b%d" % number, ordering_key="b")  # open: 40 outstanding now
+    blocked: Future[Future[str]] = Future()
+    thread = threading.Thread(
+        target=lambda: blocked.set_result(pub.publish(b"b10", ordering_key="b")))
+    thread.start()
+    _wait_for_a_blocked_publish(pub)
+
+    topic.confirm()  # the 30 in flight free the room; "b" was not cut into a sliver
+    admitted = blocked.result(timeout=5.0)
+    thread.join(timeout=5.0)
+    topic_confirm_on_send(topic, pub)
+
+    assert admitted.result(timeout=0) == "fake-41"
+    assert [len(batch) for batch in topic.batches] == [30, 11]
+
+
+def _wait_for_a_blocked_publish(pub: Publisher) -> None:
+    event = threading.Event()
+    for _ in range(500):
+        if pub._gate.waiting:
+            return
+        event.wait(0.01)
+    raise AssertionError("the publish never blocked")

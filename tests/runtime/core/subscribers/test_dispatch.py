@@ -159,6 +159,7 @@ class _Recorder:
     """A group endpoint that records what it is handed (unit tests of the group actor)."""
 
     handovers = None
+    tranches = False
 
     def __init__(self, key: int, window: int = 32) -> None:
         self.key = self.subscriber_id = key

@@ -104,6 +104,7 @@ class _Member:
 
     window = 256
     handovers = None
+    tranches = False
 
     def __init__(self, key: int, whole: bool) -> None:
         self.key = self.subscriber_id = key
