@@ -4,87 +4,23 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Protocol
+from typing import Any
 
 from actors import Actor, Ref
 from runtime.core._envelope import KEY, Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver, claim_all
+from runtime.core.settlement._delivery import Delivery, claim_all
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tranche import hand_over
 from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
 
-__all__ = ["Credit", "End", "Endpoint", "GroupActor", "Join", "Leave", "Requeue"]
+__all__ = ["GroupActor"]
 
 logger = logging.getLogger(__name__)
 
 # Mailbox messages a group handles at most before it dispatches, even while more wait.
 _MAX_DEFERRED = 16
-
-
-class Endpoint(Protocol):
-    """A member as the group sees it: it takes batches within a credit window.
-
-    ``window`` bounds the deliveries it holds unsettled (its prefetch); ``handovers``,
-    when not None, bounds the hand-overs it holds unsettled (a worker process: while it
-    is busy, what arrives waits in the group and leaves as one larger hand-over). With
-    ``tranches`` it is pushed one `Tranche` and no deliveries (it builds none unless
-    something fails).
-    """
-
-    key: int
-    subscriber_id: int
-    window: int
-    handovers: int | None
-    tranches: bool
-
-    def cap(self) -> int:
-        """The most deliveries one hand-over may carry now."""
-
-    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
-        """Hand a batch over; must not block."""
-
-    def prefers_whole(self, count: int) -> bool:
-        """True when ``count`` messages are cheaper handled here in one hand-over than
-        split across members (the hand-over itself costs more than they do)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Credit:
-    """A member finished ``count`` deliveries (in ``handovers`` hand-overs)."""
-
-    key: int
-    count: int
-    handovers: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Join:
-    """Add a member (ask; answered once it takes part in dispatch)."""
-
-    endpoint: Endpoint
-
-
-@dataclass(frozen=True, slots=True)
-class Leave:
-    """Remove a member (ask); what it holds stays with it to settle."""
-
-    key: int
-
-
-@dataclass(frozen=True, slots=True)
-class Requeue:
-    """Put messages back with the attempt numbers given (the sender forced gate room)."""
-
-    items: tuple[tuple[Envelope, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class End:
-    """Settle everything queued with ``reason`` and refuse later mail the same way (ask)."""
-
-    reason: str
 
 
 class GroupActor(Actor):

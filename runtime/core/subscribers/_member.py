@@ -10,7 +10,7 @@ from typing import Any
 
 from actors import Actor, Ref
 from runtime.core.settlement._delivery import Delivery, HandOver
-from runtime.core.subscribers._group import Credit
+from runtime.core.subscribers._group_mail import Credit
 
 __all__ = ["MemberActor", "Seat", "ThreadEndpoint", "run_handler"]
 

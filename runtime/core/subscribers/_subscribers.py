@@ -17,7 +17,8 @@ from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
 from runtime.core.subscribers._gate import Gate
-from runtime.core.subscribers._group import End, GroupActor, Join, Leave, Requeue
+from runtime.core.subscribers._group import GroupActor
+from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
 from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscription import PullEndpoint, PullSubscription, RingSource, Subscription

@@ -13,7 +13,7 @@ from runtime.core._envelope import Envelope
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._broadcast import hand_over
-from runtime.core.subscribers._group import Credit
+from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import TopicClosedError, WouldBlock
 

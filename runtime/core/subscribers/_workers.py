@@ -15,7 +15,7 @@ from actors import Ref
 from runtime.core._envelope import TOPIC
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.settlement._tranche import Tranche
-from runtime.core.subscribers._group import Credit
+from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
 
 __all__ = [

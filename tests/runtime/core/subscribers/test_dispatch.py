@@ -180,7 +180,8 @@ def _bare_group(*members: _Recorder) -> tuple[Any, Any]:
     from runtime.core.settlement._dead_letters import DeadLetterQueue
     from runtime.core.settlement._ledger import Ledger
     from runtime.core.subscribers._gate import Gate
-    from runtime.core.subscribers._group import GroupActor, Join
+    from runtime.core.subscribers._group import GroupActor
+    from runtime.core.subscribers._group_mail import Join
 
     letters = DeadLetterQueue()
     ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters)

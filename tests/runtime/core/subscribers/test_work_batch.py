@@ -12,7 +12,8 @@ from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._gate import Gate
-from runtime.core.subscribers._group import GroupActor, Join
+from runtime.core.subscribers._group import GroupActor
+from runtime.core.subscribers._group_mail import Join
 from runtime.core.subscribers._workers import (
     ProcessEndpoint,
     WorkBatch,

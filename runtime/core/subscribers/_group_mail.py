@@ -1,0 +1,75 @@
+"""What a balanced group actor is told: its members' view (`Endpoint`) and its mail."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runtime.core._envelope import Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver
+
+__all__ = ["Credit", "End", "Endpoint", "Join", "Leave", "Requeue"]
+
+
+class Endpoint(Protocol):
+    """A member as the group sees it: it takes batches within a credit window.
+
+    ``window`` bounds the deliveries it holds unsettled (its prefetch); ``handovers``,
+    when not None, bounds the hand-overs it holds unsettled (a worker process: while it
+    is busy, what arrives waits in the group and leaves as one larger hand-over). With
+    ``tranches`` it is pushed one `Tranche` and no deliveries (it builds none unless
+    something fails).
+    """
+
+    key: int
+    subscriber_id: int
+    window: int
+    handovers: int | None
+    tranches: bool
+
+    def cap(self) -> int:
+        """The most deliveries one hand-over may carry now."""
+
+    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
+        """Hand a batch over; must not block."""
+
+    def prefers_whole(self, count: int) -> bool:
+        """True when ``count`` messages are cheaper handled here in one hand-over than
+        split across members (the hand-over itself costs more than they do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """A member finished ``count`` deliveries (in ``handovers`` hand-overs)."""
+
+    key: int
+    count: int
+    handovers: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """Add a member (ask; answered once it takes part in dispatch)."""
+
+    endpoint: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Remove a member (ask); what it holds stays with it to settle."""
+
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Put messages back with the attempt numbers given (the sender forced gate room)."""
+
+    items: tuple[tuple[Envelope, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Settle everything queued with ``reason`` and refuse later mail the same way (ask)."""
+
+    reason: str
