@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.core._publishing import GroupHandle
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
 
 __all__ = ["holder"]

@@ -8,18 +8,17 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from actors import Ref
 from runtime.core._envelope import MESSAGE_ID, Envelope
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import Outcome, PublishReport
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
-__all__ = ["GroupHandle", "PartlyPublished", "PublishPath", "check_keys"]
+__all__ = ["PartlyPublished", "PublishPath", "check_keys"]
 
 _KEY_TYPES = frozenset({str, type(None)})
 
@@ -52,17 +51,6 @@ class PartlyPublished(Exception):  # not an error of its own: a partial result
         super().__init__(ids, error)
         self.ids = ids
         self.error = error
-
-
-class GroupHandle:
-    """What publishers need of a balanced group: its name, actor and room."""
-
-    __slots__ = ("gate", "name", "ref")
-
-    def __init__(self, name: str, ref: Ref, gate: Gate) -> None:
-        self.name = name
-        self.ref = ref
-        self.gate = gate
 
 
 class PublishPath:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runtime.errors import WouldBlock
 
-__all__ = ["SELF_WAIT", "Gate"]
+if TYPE_CHECKING:
+    from actors import Ref
+
+__all__ = ["SELF_WAIT", "Gate", "GroupHandle"]
 
 # Longest a group's own member waits for room in it (its handler publishing into its own
 # group): the room it waits for may be its own to give back, so an unbounded wait could
@@ -122,3 +125,14 @@ class Gate:
         with self._changed:
             self.closed = True
             self._changed.notify_all()
+
+
+class GroupHandle:
+    """What publishers need of a balanced group: its name, actor and room."""
+
+    __slots__ = ("gate", "name", "ref")
+
+    def __init__(self, name: str, ref: Ref, gate: Gate) -> None:
+        self.name = name
+        self.ref = ref
+        self.gate = gate

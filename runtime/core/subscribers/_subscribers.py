@@ -11,12 +11,11 @@ from typing import Any
 
 from actors import ActorSystem, Pool, Ref
 from actors.errors import ActorError
-from runtime.core._publishing import GroupHandle
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
-from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._gate import Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
 from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint
