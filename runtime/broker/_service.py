@@ -20,6 +20,7 @@ from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows
 from runtime.broker._staging import StagingArea
 from runtime.core._message import Message
+from runtime.core.settlement._delivery import fail_delivery
 from runtime.errors import TopicClosedError, TopicNotFoundError, WouldBlock
 
 __all__ = ["BrokerService"]
@@ -34,14 +35,6 @@ LEASE_PREFETCH = 1024
 WAIT_SLICE = 0.1
 
 LeaseKey = tuple[str, str, str]
-
-
-def fail_delivery(delivery: Any, error: str) -> None:
-    """Settle ``delivery`` like a handler that raised: category ``error``, text ``error``.
-
-    A delivery settled meanwhile (deadline, close) is left alone.
-    """
-    delivery._fail_if_pending(ERROR_REASON, error)
 
 
 def dead_letter(topic: Any, message: Message, error: str) -> None:

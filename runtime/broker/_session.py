@@ -22,7 +22,7 @@ from typing import Any
 
 from runtime.broker._auth import authenticate_server
 from runtime.broker._protocol import DeliveryFrame, untransferable, wire_error
-from runtime.broker._service import BrokerService, fail_delivery
+from runtime.broker._service import BrokerService
 from runtime.broker._wire import (
     FrameRefusedError,
     MalformedFrameError,
@@ -31,6 +31,7 @@ from runtime.broker._wire import (
     decode,
     encode,
 )
+from runtime.core.settlement._delivery import fail_delivery
 from runtime.errors import SettlementError
 
 __all__ = ["Session"]

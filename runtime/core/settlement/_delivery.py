@@ -12,7 +12,7 @@ from runtime.errors import SettlementError
 
 __all__ = [
     "ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink", "all_acked", "claim_all",
-    "handovers_of",
+    "fail_delivery", "handovers_of",
 ]
 
 PENDING = "pending"
@@ -293,3 +293,12 @@ def handovers_of(deliveries: Sequence[Delivery[Any]]) -> set[HandOver]:
 def claim_all(handover: HandOver, reason: str) -> list[Delivery[Any]]:
     """Expire every still-pending delivery of ``handover`` with ``reason``; the ones won."""
     return [d for d in list(handover.unsettled().values()) if d._expire(reason)]
+
+
+def fail_delivery(delivery: Any, error: str) -> None:
+    """Settle ``delivery`` like a handler that raised: category ``error``, text ``error``.
+
+    For settlements made on a handler's behalf elsewhere (a remote consumer's ``fail``, a
+    Spark task). A delivery settled meanwhile (deadline, close) is left alone.
+    """
+    delivery._fail_if_pending("error", error)
