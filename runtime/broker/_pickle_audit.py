@@ -120,6 +120,8 @@ def _walk(data: bytes, resolve: Callable[[str, str], Any], reducible: Callable[[
             if stack.pop() is _MARK or not (type(stack[-1]) is tuple and stack[-1][0] == "o"):
                 raise AuditError(f"BUILD applied to {_describe(stack[-1])}")
         elif op == 0x2E:  # STOP
+            if pos != end:
+                raise ValueError("bytes after the STOP opcode")
             return
         else:
             pos = _rare(op, data, pos, stack, memo, unsalted, resolve, reducible)

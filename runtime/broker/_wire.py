@@ -23,6 +23,7 @@ import datetime
 import enum
 import io
 import pickle
+import pickletools
 import uuid
 from collections.abc import Iterable
 from decimal import Decimal
@@ -179,12 +180,39 @@ def decode(data: bytes, registry: TypeRegistry) -> Any:
     try:
         audit(data, registry.resolve, registry.reducible)
         return _RestrictedUnpickler(data, registry).load()
-    except FrameRefusedError:
-        raise
-    except AuditError as exc:
+    except (FrameRefusedError, AuditError) as exc:
+        # The audit stops at the first refused opcode; garbage whose first bytes happen to
+        # read as one is still garbage, and its sender is dropped, not answered.
+        if not _well_formed(data):
+            raise MalformedFrameError(f"not a valid frame ({exc})") from None
+        if isinstance(exc, FrameRefusedError):
+            raise
         raise FrameRefusedError(str(exc)) from None
     except Exception as exc:  # any malformed pickle: truncated, bad opcode, bad state
         raise MalformedFrameError(f"not a valid frame ({exc!r})") from exc
+
+
+def _well_formed(data: bytes) -> bool:
+    """Whether ``data`` parses as opcodes up to one STOP that is its last byte."""
+    stream = io.BytesIO(data)
+    while byte := stream.read(1):
+        opcode = _OPCODES.get(byte[0])
+        if opcode is None:
+            return False
+        try:
+            if opcode.name == "STRING":  # its reader unescapes (and warns); only its end matters
+                if not stream.readline().endswith(b"\n"):
+                    return False
+            elif opcode.arg is not None:
+                opcode.arg.reader(stream)
+        except Exception:  # a truncated or unreadable argument: not a pickle
+            return False
+        if opcode.name == "STOP":
+            return stream.tell() == len(data)
+    return False
+
+
+_OPCODES = {ord(opcode.code): opcode for opcode in pickletools.opcodes}
 
 
 def encode(value: object, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, operation: str = "") -> bytes:

@@ -6,6 +6,7 @@ import copyreg
 import dataclasses
 import os
 import pickle
+import random
 import struct
 import time
 from collections.abc import Iterator
@@ -221,3 +222,32 @@ def test_plain_values_decode_in_protocols_3_to_5(protocol: int) -> None:
     decoded = decode(pickle.dumps(value, protocol=protocol), wire_types())
 
     assert repr(decoded) == repr(value)
+
+
+def test_a_refused_global_before_garbage_drops_the_sender(server: BusServer, connection: Connection) -> None:
+    refused = b"csubprocess\nPopen\n(S'true'\ntR."
+    frame = refused[:-1] + b"\xff\xfe garbage, not opcodes"
+
+    connection.send_bytes(frame)
+
+    assert connection.poll(5.0)
+    with pytest.raises((EOFError, ConnectionResetError)):
+        connection.recv_bytes()
+    with pytest.raises(MalformedFrameError):
+        decode(frame, wire_types())
+    with pytest.raises(FrameRefusedError, match=r"subprocess\.Popen") as refusal_info:
+        decode(refused, wire_types())
+    assert not isinstance(refusal_info.value, MalformedFrameError)
+
+
+def test_bytes_after_the_stop_opcode_are_malformed() -> None:
+    with pytest.raises(MalformedFrameError, match="after the STOP"):
+        decode(pickle.dumps(("ping", ())) + b"N.", wire_types())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_frames_are_always_malformed(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(400):
+        with pytest.raises(MalformedFrameError):
+            decode(rng.randbytes(512), wire_types())
