@@ -232,9 +232,13 @@ def _text(op: int, data: bytes, pos: int, stack: list[Any], memo: list[Any],
     """The protocol-0 opcodes with newline-terminated arguments (read by `pickletools`)."""
     stream = io.BytesIO(data)
     stream.seek(pos)
-    arg = _TEXT[op].reader(stream)
+    arg: Any
+    if op in _NAMED:  # not `pickletools`' readers: they unescape, and warn per bad escape
+        arg = _string(stream) if op == 0x53 else [_line(stream) for _ in range(_NAMED[op])]
+    else:
+        arg = _TEXT[op].reader(stream)
     if op == 0x63:  # GLOBAL
-        module, _, name = str(arg).partition(" ")
+        module, name = (part.decode("utf-8") for part in arg)
         stack.append(("g", resolve(module, name)))
     elif op == 0x70:  # PUT
         _memo_put(memo, int(arg), stack)
@@ -252,6 +256,23 @@ def _text(op: int, data: bytes, pos: int, stack: list[Any], memo: list[Any],
     else:
         raise AuditError(f"opcode {_NAMES[op]} is not allowed")
     return stream.tell()
+
+
+def _string(stream: io.BytesIO) -> Any:
+    """A STRING argument: its text if it has no escapes (the only case a name can use)."""
+    line = _line(stream)
+    if len(line) < 2 or line[0] not in b"'\"" or line[-1] != line[0]:
+        raise ValueError("STRING argument not quoted")
+    inner = line[1:-1]
+    return _SALTED if b"\\" in inner or not inner.isascii() else inner.decode("ascii")
+
+
+def _line(stream: io.BytesIO) -> bytes:
+    """One newline-terminated argument, without its newline."""
+    line = stream.readline()
+    if not line.endswith(b"\n"):
+        raise ValueError("truncated frame")
+    return line[:-1]
 
 
 def _memo_put(memo: list[Any], index: int, stack: list[Any]) -> None:
@@ -296,6 +317,8 @@ def _describe(item: Any) -> str:
 
 
 _NAMES = {ord(op.code): op.name for op in pickletools.opcodes}
+# GLOBAL and INST take two lines, PERSID one, STRING one quoted line.
+_NAMED = {0x63: 2, 0x69: 2, 0x50: 1, 0x53: 1}
 _TEXT = {ord(op.code): op.arg for op in pickletools.opcodes
          if op.arg is not None and op.arg.n == pickletools.UP_TO_NEWLINE}
 _COLLECTING = frozenset(b"sadue\x90\x91")  # SETITEM APPEND DICT SETITEMS APPENDS ADDITEMS FROZENSET

@@ -200,8 +200,8 @@ def _well_formed(data: bytes) -> bool:
         if opcode is None:
             return False
         try:
-            if opcode.name == "STRING":  # its reader unescapes (and warns); only its end matters
-                if not stream.readline().endswith(b"\n"):
+            if opcode.name in _LINES:  # their readers unescape (and warn); only the ends matter
+                if not all(stream.readline().endswith(b"\n") for _ in range(_LINES[opcode.name])):
                     return False
             elif opcode.arg is not None:
                 opcode.arg.reader(stream)
@@ -212,6 +212,7 @@ def _well_formed(data: bytes) -> bool:
     return False
 
 
+_LINES = {"STRING": 1, "PERSID": 1, "GLOBAL": 2, "INST": 2}
 _OPCODES = {ord(opcode.code): opcode for opcode in pickletools.opcodes}
 
 
