@@ -229,18 +229,27 @@ def _count(unsalted: list[int], more: int) -> None:
 
 def _text(op: int, data: bytes, pos: int, stack: list[Any], memo: list[Any],
           resolve: Callable[[str, str], Any]) -> int:
-    """The protocol-0 opcodes with newline-terminated arguments (read by `pickletools`)."""
+    """The protocol-0 opcodes with newline-terminated arguments (INST, PERSID: refused)."""
     stream = io.BytesIO(data)
     stream.seek(pos)
-    arg: Any
-    if op in _NAMED:  # not `pickletools`' readers: they unescape, and warn per bad escape
-        arg = _string(stream) if op == 0x53 else [_line(stream) for _ in range(_NAMED[op])]
-    else:
-        arg = _TEXT[op].reader(stream)
-    if op == 0x63:  # GLOBAL
-        module, name = (part.decode("utf-8") for part in arg)
+    if op == 0x63:  # GLOBAL; not `pickletools`' readers: they unescape, and warn per bad escape
+        module, name = _line(stream).decode("utf-8"), _line(stream).decode("utf-8")
         stack.append(("g", resolve(module, name)))
-    elif op == 0x70:  # PUT
+    elif op == 0x53:  # STRING: its text only if it has no escapes (all a name may use)
+        line = _line(stream)
+        if len(line) < 2 or line[0] not in b"'\"" or line[-1] != line[0]:
+            raise ValueError("STRING argument not quoted")
+        inner = line[1:-1]
+        stack.append(_SALTED if b"\\" in inner or not inner.isascii() else inner.decode("ascii"))
+    elif op in (0x70, 0x67, 0x49, 0x4C, 0x56, 0x46):  # PUT, GET, INT, LONG, UNICODE, FLOAT
+        _plain_text(op, _TEXT[op].reader(stream), stack, memo)
+    else:
+        raise AuditError(f"opcode {_NAMES[op]} is not allowed")
+    return stream.tell()
+
+
+def _plain_text(op: int, arg: Any, stack: list[Any], memo: list[Any]) -> None:
+    if op == 0x70:  # PUT
         _memo_put(memo, int(arg), stack)
     elif op == 0x67:  # GET
         if not 0 <= int(arg) < len(memo):
@@ -249,26 +258,11 @@ def _text(op: int, data: bytes, pos: int, stack: list[Any], memo: list[Any],
     elif op in (0x49, 0x4C):  # INT, LONG
         stack.append(_SALTED if isinstance(arg, int) and -_HASH_MODULUS < arg < _HASH_MODULUS
                      and arg != -1 else _ATOM)
-    elif op in (0x53, 0x56):  # STRING, UNICODE
-        stack.append(arg if isinstance(arg, str) else _SALTED)
-    elif op == 0x46:  # FLOAT
-        stack.append(_ATOM)
-    else:
-        raise AuditError(f"opcode {_NAMES[op]} is not allowed")
-    return stream.tell()
-
-
-def _string(stream: io.BytesIO) -> Any:
-    """A STRING argument: its text if it has no escapes (the only case a name can use)."""
-    line = _line(stream)
-    if len(line) < 2 or line[0] not in b"'\"" or line[-1] != line[0]:
-        raise ValueError("STRING argument not quoted")
-    inner = line[1:-1]
-    return _SALTED if b"\\" in inner or not inner.isascii() else inner.decode("ascii")
+    else:  # UNICODE (a str), FLOAT
+        stack.append(arg if isinstance(arg, str) else _ATOM)
 
 
 def _line(stream: io.BytesIO) -> bytes:
-    """One newline-terminated argument, without its newline."""
     line = stream.readline()
     if not line.endswith(b"\n"):
         raise ValueError("truncated frame")
@@ -317,8 +311,6 @@ def _describe(item: Any) -> str:
 
 
 _NAMES = {ord(op.code): op.name for op in pickletools.opcodes}
-# GLOBAL and INST take two lines, PERSID one, STRING one quoted line.
-_NAMED = {0x63: 2, 0x69: 2, 0x50: 1, 0x53: 1}
 _TEXT = {ord(op.code): op.arg for op in pickletools.opcodes
          if op.arg is not None and op.arg.n == pickletools.UP_TO_NEWLINE}
 _COLLECTING = frozenset(b"sadue\x90\x91")  # SETITEM APPEND DICT SETITEMS APPENDS ADDITEMS FROZENSET
