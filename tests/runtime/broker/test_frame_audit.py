@@ -69,6 +69,16 @@ def connection(server: BusServer) -> Iterator[Connection]:
     connection.close()
 
 
+def assert_dropped_as_malformed(connection: Connection, frame: bytes) -> None:
+    """The server drops the sender of ``frame`` without an answer; it decodes as malformed."""
+    connection.send_bytes(frame)
+    assert connection.poll(5.0)
+    with pytest.raises((EOFError, ConnectionResetError)):
+        connection.recv_bytes()
+    with pytest.raises(MalformedFrameError):
+        decode(frame, wire_types())
+
+
 def refusal(connection: Connection, frame: bytes) -> str:
     """Send ``frame``; return the refusal's text after checking the connection still serves."""
     connection.send_bytes(frame)
@@ -129,13 +139,7 @@ def test_list_of_range_is_refused(connection: Connection) -> None:
 def test_a_memo_index_far_past_the_memo_drops_the_sender(server: BusServer, connection: Connection) -> None:
     frame = b"\x80\x05Nr" + struct.pack("<I", 1 << 26) + b"."  # LONG_BINPUT 2**26: 1 GiB of memo
 
-    connection.send_bytes(frame)
-
-    assert connection.poll(5.0)
-    with pytest.raises((EOFError, ConnectionResetError)):
-        connection.recv_bytes()
-    with pytest.raises(MalformedFrameError):
-        decode(frame, wire_types())
+    assert_dropped_as_malformed(connection, frame)
 
 
 def test_build_cannot_rewrite_an_allowed_class(connection: Connection) -> None:
@@ -226,15 +230,8 @@ def test_plain_values_decode_in_protocols_3_to_5(protocol: int) -> None:
 
 def test_a_refused_global_before_garbage_drops_the_sender(server: BusServer, connection: Connection) -> None:
     refused = b"csubprocess\nPopen\n(S'true'\ntR."
-    frame = refused[:-1] + b"\xff\xfe garbage, not opcodes"
 
-    connection.send_bytes(frame)
-
-    assert connection.poll(5.0)
-    with pytest.raises((EOFError, ConnectionResetError)):
-        connection.recv_bytes()
-    with pytest.raises(MalformedFrameError):
-        decode(frame, wire_types())
+    assert_dropped_as_malformed(connection, refused[:-1] + b"\xff\xfe garbage, not opcodes")
     with pytest.raises(FrameRefusedError, match=r"subprocess\.Popen") as refusal_info:
         decode(refused, wire_types())
     assert not isinstance(refusal_info.value, MalformedFrameError)
