@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import ActorSystem
-from runtime.core._message import Message
+from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
@@ -150,7 +150,7 @@ class Publisher:
         if attributes:
             attributes, size = checked_attributes(attributes, len(data))
         else:
-            attributes, size = {}, len(data)
+            attributes, size = NO_ATTRIBUTES, len(data)
         if ordering_key is not None:
             ordering_key = checked_key(ordering_key)
         return self._submit(data, attributes, ordering_key, size)
