@@ -15,7 +15,9 @@ class _NoAttributes(dict[str, str]):
     A fresh ``{}`` per message was half the objects the parent allocated per message on
     the Publisher path, so half its garbage-collector runs (each full run walks every
     message still in flight). Being shared, it must not change: every mutator raises
-    `TypeError`. It pickles and copies as a plain empty dict.
+    `TypeError`. It copies and pickles as a plain empty dict, and what leaves the
+    process carries a plain ``{}`` instead (`Message` pickles so; so do dead letters):
+    a peer's restricted unpickler, such as the broker's, reads no ``builtins.dict``.
     """
 
     __slots__ = ()
@@ -56,8 +58,12 @@ class Message:
 
     def __getstate__(self) -> tuple[bytes, dict[str, str], str | None, str, float]:
         # Pickled as a plain tuple: dataclasses' own slots state walks fields() per
-        # message, which dominated pickling worker batches.
-        return (self.data, self.attributes, self.ordering_key, self.message_id, self.publish_time)
+        # message, which dominated pickling worker batches. The shared read-only empty
+        # attributes leave as a plain dict: a peer (the broker's allow-list) reads no other.
+        attributes = self.attributes
+        if attributes.__class__ is not dict:
+            attributes = dict(attributes)
+        return (self.data, attributes, self.ordering_key, self.message_id, self.publish_time)
 
     def __setstate__(self, state: tuple[bytes, dict[str, str], str | None, str, float]) -> None:
         for setter, value in zip(_SETTERS, state, strict=True):

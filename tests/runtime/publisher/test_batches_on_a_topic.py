@@ -200,3 +200,26 @@ def test_messages_published_without_attributes_share_one_read_only_empty_dict(bu
     assert type(copy.copy(bare)) is dict
     tagged["m"] = "2"  # given attributes stay the message's own dict
     assert deliveries[0].attributes == {} and deliveries[2].attributes == {}
+
+
+def test_a_message_without_attributes_leaves_the_process_with_a_plain_dict(bus: Bus) -> None:
+    topic = bus.create_topic("outbound")
+    refused = threading.Event()
+
+    def refuse(delivery: Delivery[Message]) -> None:
+        delivery.nack("no")
+        refused.set()
+
+    topic.subscribe(refuse, group="readers")
+    pub = topic.publisher()
+
+    pub.publish(b"a").result(timeout=5.0)
+    assert refused.wait(5.0) and topic.join(timeout=5.0)
+    pub.close(timeout=5.0)
+    [letter] = topic.dead_letters.drain()
+
+    assert type(letter.attributes) is dict and letter.attributes == {}
+    assert type(letter.message.attributes) is not dict  # read-only in the process...
+    pickled = pickle.dumps(letter)
+    assert b"builtins" not in pickled  # ...a plain {} outside: no global a peer must allow
+    assert type(pickle.loads(pickled).message.attributes) is dict
