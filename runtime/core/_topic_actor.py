@@ -32,10 +32,12 @@ class TopicActor(Actor):
     Small batches that follow each other in the mailbox (an ordered Publisher sends one
     per key, each as small as its flow control allows) are published together: while
     more mail waits and the next batch, if as large as the last, would still fit one
-    fan-out chunk, a batch waits for it. Each fan-out chunk costs a gate, a ledger
-    reservation and one group mailbox message (each a hand-over later), so a few large
-    chunks cost the parent less than many small ones. Nothing waits once the mailbox is
-    empty, so no latency is added; each batch still resolves its own future, in order.
+    fan-out chunk, a batch waits for it. A run never grows past a chunk, so a batch that
+    fits one is still fanned out in one, to one snapshot of destinations. Each fan-out
+    chunk costs a gate, a ledger reservation and one group mailbox message (each a
+    hand-over later), so a few large chunks cost the parent less than many small ones.
+    Nothing waits once the mailbox is empty, so no latency is added; each batch still
+    resolves its own future, in order.
 
     Args:
         path: the topic's publish path (the same guard chain ``Topic.publish`` runs).
@@ -52,6 +54,8 @@ class TopicActor(Actor):
         if isinstance(message, PublishBatch):
             if not message.future.set_running_or_notify_cancel():
                 return None
+            if self._count + len(message.datas) > self._path.chunk:
+                self._publish_waiting()  # a batch that fits one chunk is never split
             self._waiting.append(message)
             self._count += len(message.datas)
             if (

@@ -90,6 +90,16 @@ def test_a_batch_as_large_as_a_chunk_goes_alone(system: ActorSystem) -> None:
     assert path.calls == [[b"0"], [b"1", b"2", b"3"], [b"4", b"5", b"6"]]
 
 
+def test_a_run_never_splits_a_batch_that_fits_one_chunk(system: ActorSystem) -> None:
+    path = GatedPath(chunk=5)
+
+    sent = _send_behind_a_blocked_one(system, path, [_batch(1, 2), _batch(3, 4, 5, 6)])
+    results = [batch.future.result(10.0) for batch in sent]
+
+    assert results == [["0"], ["1", "2"], ["3", "4", "5", "6"]]
+    assert path.calls == [[b"0"], [b"1", b"2"], [b"3", b"4", b"5", b"6"]]
+
+
 def test_a_merged_run_refused_midway_settles_each_batch_for_its_own_part(
     system: ActorSystem,
 ) -> None:
