@@ -77,6 +77,8 @@ class PublishPath:
         self._sleep = sleep
         self._seqs = itertools.count(1)
         self._block = settings.balanced_on_full == "block"
+        # The most messages fanned out at once: a chunk fits a group's queue and the ring.
+        self.chunk = min(settings.balanced_capacity, settings.broadcast_capacity)
 
     def check(self, messages: list[Any]) -> None:
         """Steps 1-2: the closed guard, then the type check of every message."""
@@ -203,8 +205,7 @@ class PublishPath:
         is admitted chunk by chunk, not message by message: the same bound, one reservation
         and one group mailbox message per chunk instead of per message.
         """
-        max_pending = self._settings.max_pending
-        size = min(self._settings.balanced_capacity, self._settings.broadcast_capacity)
+        max_pending, size = self._settings.max_pending, self.chunk
         start = 0
         while start < len(envelopes):
             count = min(size, len(envelopes) - start)

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import ActorSystem
-from runtime.core._message import Message
+from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
@@ -145,12 +145,28 @@ class Publisher:
             OrderingKeyPausedError: code 9, the key is paused.
             FlowControlError: code 8, flow-control limits exceeded.
         """
+        if (
+            data.__class__ is bytes and not attributes and ordering_key is None
+            and self._gate.free and len(data) <= MAX_MESSAGE_SIZE
+        ):
+            # The common call, bare bytes and no limits, in this one frame: `_submit`'s
+            # unlimited path, inlined (the call cost ~10% of publish).
+            size = len(data)
+            future: Future[str] = MessageFuture()
+            intake = self._intake
+            intake.rows.extend((data, NO_ATTRIBUTES, None, future, size, False))
+            if not intake.armed:
+                intake.armed = True
+                self._tell(_DRAIN)
+            if intake.sealed:  # the actor stopped for good, maybe racing this call
+                reap(intake, self._gate, closed_error)
+            return future
         if data.__class__ is not bytes:
             data = as_bytes(data)
         if attributes:
             attributes, size = checked_attributes(attributes, len(data))
         else:
-            attributes, size = {}, len(data)
+            attributes, size = NO_ATTRIBUTES, len(data)
         if ordering_key is not None:
             ordering_key = checked_key(ordering_key)
         return self._submit(data, attributes, ordering_key, size)

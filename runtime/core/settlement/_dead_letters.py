@@ -61,11 +61,14 @@ def dead_letter_of(delivery: Delivery[Any], topic: str) -> DeadLetter:
     envelope, handover = delivery._envelope, delivery._handover
     reason, error, _ = delivery._failure
     exception, traceback = getattr(delivery, "_cause", None) or (None, None)
+    attributes = envelope[ATTRIBUTES]
+    if attributes.__class__ is not dict:  # the shared read-only empty one: a letter may
+        attributes = dict(attributes)  # leave the process, and a peer reads plain dicts only
     return DeadLetter(
         message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=topic,
         subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,
         error=error, attempts=delivery._attempt, at=time.time(), exception=exception,
-        traceback=traceback, key=envelope[KEY], attributes=envelope[ATTRIBUTES],
+        traceback=traceback, key=envelope[KEY], attributes=attributes,
     )
 
 

@@ -114,22 +114,30 @@ class GroupActor(Actor):
             self._settle([(e, 1) for e in envelopes], *self._ended)
             return
         members = self._members
-        if len(members) < 2:  # one FIFO keeps per-key order for a single member
+        if len(members) < 2 or not envelopes:  # one FIFO keeps per-key order for one member
             self._queue.extend(envelopes)
             return
-        keyed = [e for e in envelopes if e[KEY] is not None]
-        if not keyed:
+        keys = [e[KEY] for e in envelopes]
+        alike = keys.count(keys[0]) == len(keys)  # one key or none: an ordered Publisher's batch
+        if alike and keys[0] is None:
             self._queue.extend(envelopes)
             return
         try:  # every key hashed before anything moves: a bad chunk is refused whole
-            targets = [members[hash(e[KEY]) % len(members)].key for e in keyed]
+            targets = [
+                members[hash(key) % len(members)].key
+                for key in (keys[:1] if alike else keys) if key is not None
+            ]
         except Exception as exc:  # a key that slipped past the boundary's check
             logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
             # "dropped", not "error": a retry would meet the same key (and loop).
             self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
             return
-        self._queue.extend(e for e in envelopes if e[KEY] is None)
         buckets = self._buckets
+        if alike:  # the key hashed once, the chunk moved in one call
+            buckets[targets[0]].extend(envelopes)
+            return
+        self._queue.extend(e for e in envelopes if e[KEY] is None)
+        keyed = [e for e in envelopes if e[KEY] is not None]
         for envelope, target in zip(keyed, targets, strict=True):
             buckets[target].append(envelope)
 
@@ -256,8 +264,13 @@ class GroupActor(Actor):
         envelopes: list[Envelope] = []
         attempts: list[int] | None = None
         bucket = self._buckets.get(key)
-        while bucket and len(envelopes) < room:
-            envelopes.append(bucket.popleft())
+        if bucket:
+            if len(bucket) <= room:
+                envelopes.extend(bucket)
+                bucket.clear()
+            else:
+                popleft = bucket.popleft
+                envelopes.extend([popleft() for _ in range(room)])
         limit = min(room, len(envelopes) + share)
         retries = self._retries
         if retries and len(envelopes) < limit:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -173,3 +175,51 @@ def test_publisher_on_a_topic_that_takes_messages_or_their_bytes_works(
         message_id = publisher.publish(b"x").result(timeout=5)
 
     assert reader.receive(timeout=5).message_id == message_id
+
+
+def test_messages_published_without_attributes_share_one_read_only_empty_dict(bus: Bus) -> None:
+    topic = bus.create_topic("bare")
+    collector = Collector(3)
+    topic.subscribe(collector, group="readers")
+    pub = topic.publisher()
+
+    pub.publish(b"a")
+    pub.publish(b"b", {"n": "1"})
+    pub.publish(b"c", {})
+    pub.flush(timeout=5.0)
+    deliveries = sorted(collector.wait(), key=lambda d: d.message.data)
+    pub.close(timeout=5.0)
+
+    bare, tagged, empty = (d.attributes for d in deliveries)
+    assert (bare, tagged, empty) == ({}, {"n": "1"}, {})
+    assert bare is empty  # one shared dict, not one per message
+    for mutate in (lambda: bare.__setitem__("x", "1"), lambda: bare.update(x="1"), bare.clear):
+        with pytest.raises(TypeError, match="read-only"):
+            mutate()
+    assert type(pickle.loads(pickle.dumps(bare))) is dict
+    assert type(copy.copy(bare)) is dict
+    tagged["m"] = "2"  # given attributes stay the message's own dict
+    assert deliveries[0].attributes == {} and deliveries[2].attributes == {}
+
+
+def test_a_message_without_attributes_leaves_the_process_with_a_plain_dict(bus: Bus) -> None:
+    topic = bus.create_topic("outbound")
+    refused = threading.Event()
+
+    def refuse(delivery: Delivery[Message]) -> None:
+        delivery.nack("no")
+        refused.set()
+
+    topic.subscribe(refuse, group="readers")
+    pub = topic.publisher()
+
+    pub.publish(b"a").result(timeout=5.0)
+    assert refused.wait(5.0) and topic.join(timeout=5.0)
+    pub.close(timeout=5.0)
+    [letter] = topic.dead_letters.drain()
+
+    assert type(letter.attributes) is dict and letter.attributes == {}
+    assert type(letter.message.attributes) is not dict  # read-only in the process...
+    pickled = pickle.dumps(letter)
+    assert b"builtins" not in pickled  # ...a plain {} outside: no global a peer must allow
+    assert type(pickle.loads(pickled).message.attributes) is dict

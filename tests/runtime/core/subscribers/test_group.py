@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from runtime import Bus, Delivery, Nack
+from runtime import Bus, Delivery, Message, Nack
 from runtime.errors import WouldBlock
 
 
@@ -213,6 +213,40 @@ def test_keyed_messages_keep_per_key_order_within_a_group(bus: Bus) -> None:
     for key in range(7):
         assert seen[f"k{key}"] == list(range(key, 600, 7))
         assert len(members[f"k{key}"]) == 1
+
+
+@pytest.mark.parametrize("ordering", [True, False], ids=["one-key-batches", "mixed-batches"])
+def test_publisher_batches_keep_per_key_order_over_several_members(
+    bus: Bus, ordering: bool,
+) -> None:
+    topic = bus.create_topic("t")
+    seen: dict[str, list[int]] = defaultdict(list)
+    members: dict[str, set[int]] = defaultdict(set)
+    lock = threading.Lock()
+
+    def make(member: int) -> object:
+        def handler(delivery: Delivery[Message]) -> None:
+            with lock:
+                seen[delivery.key or ""].append(int(delivery.message.data))
+                members[delivery.key or ""].add(member)
+            delivery.ack()
+
+        return handler
+
+    for member in range(3):
+        topic.subscribe(make(member), group="g", prefetch=5)
+    publisher = topic.publisher(message_ordering=ordering)
+    for n in range(2000):
+        publisher.publish(b"%d" % n, ordering_key=f"k{n % 7}" if n % 8 else None)
+    publisher.close(timeout=10)
+
+    assert topic.join(timeout=10)
+    assert sum(map(len, seen.values())) == 2000
+    for key in range(7):
+        expected = [n for n in range(key, 2000, 7) if n % 8]
+        assert seen[f"k{key}"] == expected
+        assert len(members[f"k{key}"]) == 1
+    assert sorted(seen[""]) == list(range(0, 2000, 8))  # unkeyed: any member, any order
 
 
 def test_delete_group_dead_letters_what_waits_in_it(bus: Bus) -> None:
