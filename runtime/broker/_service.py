@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._lease_log import LeaseLog
-from runtime.broker._lease_record import COLUMNS, LeasedDelivery
+from runtime.broker._lease_record import COLUMNS, LeasedDelivery, lease_ipc
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows
 from runtime.broker._staging import StagingArea
@@ -152,6 +152,13 @@ class BrokerService:
         columns = zip(*records, strict=True) if records else ((),) * len(COLUMNS)
         return {column: list(values) for column, values in zip(COLUMNS, columns, strict=True)}
 
+    def lease_fetch_arrow(
+        self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
+    ) -> bytes:
+        """The records of ``[start, end)`` as Arrow IPC bytes (`lease_ipc`; the same on
+        every call): Spark's read path, one ``bytes`` value on the wire."""
+        return lease_ipc(self._lease(name, group, consumer, lease_seconds).fetch(start, end))
+
     def lease_ack(
         self, name: str, group: str, consumer: str, lease_seconds: float, offset: int
     ) -> dict[str, int]:
@@ -194,10 +201,15 @@ class BrokerService:
         """Extend the consumer's leases."""
         self._lease(name, group, consumer, lease_seconds).heartbeat()
 
-    def stage(self, name: str, producer: str, batch: str, part: Any, columns: Mapping[str, Any]) -> bool:
-        """Stage one part of rows; False when that batch is already committed."""
+    def stage(
+        self, name: str, producer: str, batch: str, part: Any, columns: Mapping[str, Any] | bytes
+    ) -> bool:
+        """Stage one part of rows (a columns dict, or Arrow IPC bytes); False when that
+        batch is already committed."""
         self._bus.topic(name)  # unknown topic: fail the write task, not the commit
-        return self._staging.stage((name, producer), batch, part, StagedRows.from_columns(columns))
+        rows = (StagedRows.from_ipc(columns) if isinstance(columns, bytes)
+                else StagedRows.from_columns(columns))
+        return self._staging.stage((name, producer), batch, part, rows)
 
     def commit(self, name: str, producer: str, batch: str, parts: list[Any]) -> bool:
         """Publish the listed parts of (producer, batch) once; False when already done."""

@@ -88,7 +88,7 @@ class Session:
                      "lease_latest", "lease_fetch", "lease_ack", "lease_heartbeat", "stage",
                      "commit", "abort", "dead_letters", "drain_dead_letters",
                      "replay_dead_letters", "held_by", "lease_target", "lease_missing",
-                     "lease_ack_range"):
+                     "lease_ack_range", "lease_fetch_arrow"):
             self._operations[name] = getattr(service, name)
 
     def run(self) -> None:

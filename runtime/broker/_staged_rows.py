@@ -5,6 +5,12 @@ and optionally ``key``, ``attributes`` and ``error`` lists of the same length. A
 with an error text goes to the topic's dead letters (reason ``error``) instead of
 being published.
 
+A Spark write task sends the same columns as one Arrow IPC stream instead (`from_ipc`):
+one ``bytes`` value on the wire, turned into lists in C loops; a binary ``key`` there
+becomes the runtime's ``str`` key by UTF-8 with ``surrogateescape``, which is lossless
+(``key.encode("utf-8", "surrogateescape")`` gives the bytes back) and keeps a UTF-8 key
+equal to its text.
+
 The rows become `Message` objects when they are staged, not when they are committed:
 staging runs while Spark's tasks still run, the commit is on the query's critical
 path and then only hands the prepared messages to the topic.
@@ -54,6 +60,29 @@ class StagedRows:
             messages=[m for i, m in enumerate(messages) if i not in failed],
             rejected=[(messages[i], str(errors[i])) for i in sorted(failed)],
         )
+
+    @classmethod
+    def from_ipc(cls, data: bytes) -> StagedRows:
+        """`from_columns` of the columns of an Arrow IPC stream (see the module).
+
+        Raises:
+            ValueError: not an Arrow IPC stream, or its columns are refused as in
+                `from_columns`.
+        """
+        import pyarrow as pa
+
+        try:
+            table = pa.ipc.open_stream(data).read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(f"staged rows are not an Arrow IPC stream: {exc}") from exc
+        columns: dict[str, Any] = {name: table.column(name).to_pylist() for name in table.column_names}
+        if "key" in columns:
+            columns["key"] = [k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
+                              for k in columns["key"]]
+        if "attributes" in columns:  # an Arrow map reads as a list of pairs
+            columns["attributes"] = [None if pairs is None else dict(pairs)
+                                     for pairs in columns["attributes"]]
+        return cls.from_columns(columns)
 
     def __len__(self) -> int:
         return len(self.messages) + len(self.rejected)

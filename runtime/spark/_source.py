@@ -76,12 +76,13 @@ class OffsetRange(InputPartition):
 def fetch_range(
     channel: Channel, options: SourceOptions, schema: StructType, partition: OffsetRange, rows: int
 ) -> Iterator[pa.RecordBatch]:
-    """The leased records of ``partition``'s range, ``rows`` at a time, as Arrow batches."""
+    """The leased records of ``partition``'s range, ``rows`` at a time, as Arrow batches
+    (the broker sends each as Arrow IPC bytes)."""
     for first in range(partition.start, partition.end, rows):
         last = min(first + rows, partition.end)
-        columns = channel.call("lease_fetch", *options.lease, first, last)
-        if columns["message_id"]:
-            yield record_batch(columns, schema)
+        batch = record_batch(channel.call("lease_fetch_arrow", *options.lease, first, last), schema)
+        if batch.num_rows:
+            yield batch
 
 
 class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
