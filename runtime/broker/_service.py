@@ -19,7 +19,7 @@ from runtime.broker._lease_record import COLUMNS, LeasedDelivery, lease_ipc
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows
 from runtime.broker._staging import StagingArea
-from runtime.core._message import Message
+from runtime.core._message import Message, parts_of
 from runtime.core.settlement._delivery import fail_delivery
 from runtime.errors import TopicClosedError, TopicNotFoundError, WouldBlock
 
@@ -131,7 +131,7 @@ class BrokerService:
         """Publish `Message` objects as one batch; returns their ids in order."""
         if not all(type(m) is Message for m in messages):
             raise TypeError("publish_batch takes a list of Message")
-        return self._publish_messages(self._bus.topic(name), messages)
+        return self._publish_parts(self._bus.topic(name), *parts_of(messages))
 
     def lease_position(self, name: str, group: str, consumer: str, lease_seconds: float) -> int:
         """The consumer's first unacked offset (where a fresh query starts)."""
@@ -272,17 +272,18 @@ class BrokerService:
         return log
 
     def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
-        batch: list[Message] = []
-        for rows in staged:
-            batch += rows.messages
-            for message, error in rows.rejected:
-                dead_letter(topic, message, error)
-        self._publish_messages(topic, batch)
+        for message, error in (pair for rows in staged for pair in rows.rejected):
+            dead_letter(topic, message, error)
+        self._publish_parts(topic, *StagedRows.joined(staged))
 
-    def _publish_messages(self, topic: Any, messages: list[Message]) -> list[str]:
+    def _publish_parts(
+        self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None],
+    ) -> list[str]:
         futures: list[Future[list[str]]] = [
-            topic._publish_batch(messages[i:i + _PUBLISH_CHUNK])
-            for i in range(0, len(messages), _PUBLISH_CHUNK)
+            topic._publish_parts(datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
+                                 keys[i:i + _PUBLISH_CHUNK])
+            for i in range(0, len(datas), _PUBLISH_CHUNK)
         ]
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
@@ -294,7 +295,7 @@ class BrokerService:
                 # just that it timed out: a Spark commit shows this text to the user.
                 held = topic.held_by() or "the topic did not accept the batch in time"
                 raise TimeoutError(
-                    f"publishing {len(messages)} messages to topic {topic.name!r} timed out "
+                    f"publishing {len(datas)} messages to topic {topic.name!r} timed out "
                     f"after {self._publish_timeout}s: {held}") from None
         return ids
 
