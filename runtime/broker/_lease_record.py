@@ -18,6 +18,7 @@ that serves no Spark query never needs it.
 from __future__ import annotations
 
 import json
+import operator
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -26,7 +27,7 @@ from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_T
 from runtime.core._message import Message
 
 __all__ = [
-    "COLUMNS", "LeaseRecord", "LeasedDelivery", "PayloadError", "encode_payload",
+    "COLUMNS", "END_KEY", "LeaseRecord", "LeasedDelivery", "PayloadError", "encode_payload",
     "lease_ipc", "record_of",
 ]
 
@@ -139,11 +140,16 @@ def _text_map(attributes: Any) -> dict[str, str]:
 
 
 COLUMNS = LeaseRecord._fields
+_FIELDS = [operator.itemgetter(i) for i in range(len(COLUMNS))]
+END_KEY = b"actorbus.end"
 
 
-def lease_ipc(records: Sequence[LeaseRecord]) -> bytes:
+def lease_ipc(records: Sequence[LeaseRecord], end: int | None = None) -> bytes:
     """``records`` as one Arrow IPC stream of one record batch, columns in `COLUMNS`
     order: string, string, binary, map<string,string>, timestamp[us, UTC], int32.
+
+    ``end``, when given, is stored in the schema's metadata (``END_KEY``): the offset
+    the batch covers up to, where the reader's next fetch starts.
 
     Keys that are not valid UTF-8 (binary sink keys kept with ``surrogateescape``)
     have their bad bytes replaced: Arrow strings must be UTF-8.
@@ -151,8 +157,9 @@ def lease_ipc(records: Sequence[LeaseRecord]) -> bytes:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    # One C-level pass per column: several times faster than ``zip(*records)``.
     ids, keys, payloads, attributes, times, attempts = (
-        zip(*records, strict=True) if records else ((),) * len(COLUMNS))
+        list(map(_FIELDS[i], records)) for i in range(len(COLUMNS)))
     stamps = pc.multiply(pa.array(times, pa.float64()), 1_000_000)  # seconds -> us, truncated
     arrays = [
         pa.array(ids, pa.string()),
@@ -162,7 +169,10 @@ def lease_ipc(records: Sequence[LeaseRecord]) -> bytes:
         stamps.cast(pa.int64(), safe=False).cast(pa.timestamp("us", tz="UTC")),
         pa.array(attempts, pa.int32()),
     ]
-    batch = pa.RecordBatch.from_arrays(arrays, names=list(COLUMNS))
+    metadata = None if end is None else {END_KEY: str(end)}
+    batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
+        [pa.field(name, array.type) for name, array in zip(COLUMNS, arrays, strict=True)],
+        metadata=metadata))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._lease_log import LeaseLog
-from runtime.broker._lease_record import COLUMNS, LeasedDelivery, lease_ipc
+from runtime.broker._lease_record import LeasedDelivery, lease_ipc
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows
 from runtime.broker._staging import StagingArea
@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 _PUBLISH_CHUNK = 1000
 DEFAULT_PUBLISH_TIMEOUT = 60.0
 ERROR_REASON = "error"
-LEASE_PREFETCH = 1024
+LEASE_PREFETCH = 8192
+# Payload bytes of one lease_fetch_arrow reply, at most (plus one record).
+FETCH_BYTES = 16 * 1024 * 1024
 # A blocked remote publish re-checks this often whether the server is closing.
 WAIT_SLICE = 0.1
 
@@ -144,20 +146,15 @@ class BrokerService:
         """Lease up to ``max_rows`` messages from ``start``; returns the end offset."""
         return self._lease(name, group, consumer, lease_seconds).latest(start, max_rows)
 
-    def lease_fetch(
-        self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
-    ) -> dict[str, list[Any]]:
-        """The records of ``[start, end)`` as columns (the same on every call)."""
-        records = self._lease(name, group, consumer, lease_seconds).fetch(start, end)
-        columns = zip(*records, strict=True) if records else ((),) * len(COLUMNS)
-        return {column: list(values) for column, values in zip(COLUMNS, columns, strict=True)}
-
     def lease_fetch_arrow(
         self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
     ) -> bytes:
         """The records of ``[start, end)`` as Arrow IPC bytes (`lease_ipc`; the same on
-        every call): Spark's read path, one ``bytes`` value on the wire."""
-        return lease_ipc(self._lease(name, group, consumer, lease_seconds).fetch(start, end))
+        every call), cut short after the record whose payloads pass `FETCH_BYTES`: the
+        batch's metadata names the offset it ends at, where the reader asks again."""
+        log = self._lease(name, group, consumer, lease_seconds)
+        records, end = log.fetch_bounded(start, end, FETCH_BYTES)
+        return lease_ipc(records, end)
 
     def lease_ack(
         self, name: str, group: str, consumer: str, lease_seconds: float, offset: int

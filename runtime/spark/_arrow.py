@@ -6,6 +6,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
+from runtime.broker._lease_record import END_KEY
+
 __all__ = ["SOURCE_SCHEMA", "check_sink_schema", "record_batch", "sink_batch", "sink_ipc"]
 
 SOURCE_SCHEMA = (
@@ -14,15 +16,24 @@ SOURCE_SCHEMA = (
 )
 
 
-def record_batch(data: bytes, schema: StructType) -> pa.RecordBatch:
+def record_batch(data: bytes, schema: StructType) -> tuple[pa.RecordBatch, int]:
     """The source rows of the broker's Arrow IPC ``data`` (one batch) in exactly Spark's
-    Arrow schema: columns are read as they are, cast only where a type differs."""
+    Arrow schema (columns as they are, cast only where a type differs), and the offset
+    the batch ends at (its metadata's ``END_KEY``).
+
+    Raises:
+        ValueError: the batch names no end offset.
+    """
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     table = pa.ipc.open_stream(data).read_all()
+    end = (table.schema.metadata or {}).get(END_KEY)
+    if end is None:
+        raise ValueError("actorbus: the broker's lease batch names no end offset")
     columns = [table.column(field.name).combine_chunks() for field in arrow_schema]
-    return pa.RecordBatch.from_arrays(
+    batch = pa.RecordBatch.from_arrays(
         [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, arrow_schema, strict=True)],
         schema=arrow_schema)
+    return batch, int(end)
 
 
 def check_sink_schema(schema: StructType, error_column: str | None) -> None:
