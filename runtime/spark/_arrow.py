@@ -83,10 +83,21 @@ def sink_batch(batch: pa.RecordBatch, error_column: str | None) -> pa.RecordBatc
     if "key" in names and _has_values(batch.column("key")):
         columns["key"] = batch.column("key")
     if "attributes" in names and _has_values(batch.column("attributes")):
-        columns["attributes"] = batch.column("attributes").cast(pa.map_(pa.string(), pa.string()))
+        columns["attributes"] = _text_maps(batch.column("attributes"))
     if error_column is not None and _has_values(batch.column(error_column)):
         columns["error"] = batch.column(error_column).cast(pa.string())
     return pa.RecordBatch.from_pydict(columns)
+
+
+def _text_maps(column: pa.Array) -> pa.Array:
+    """A map column as map<string,string>: cast in Arrow, or (values Arrow cannot cast,
+    e.g. structs) each value's ``str``."""
+    text = pa.map_(pa.string(), pa.string())
+    try:
+        return column.cast(text)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return pa.array([None if pairs is None else [(str(k), str(v)) for k, v in pairs]
+                         for pairs in column.to_pylist()], text)
 
 
 def _has_values(column: pa.Array) -> bool:

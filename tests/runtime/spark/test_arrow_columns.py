@@ -77,3 +77,13 @@ def test_a_staged_part_crosses_as_arrow_and_becomes_the_same_messages() -> None:
 def test_bytes_that_are_not_arrow_are_refused_at_staging() -> None:
     with pytest.raises(ValueError, match="not an Arrow IPC stream"):
         StagedRows.from_ipc(b"garbage")
+
+
+def test_attribute_values_arrow_cannot_cast_become_their_text() -> None:
+    values = pa.map_(pa.string(), pa.struct([("n", pa.int64())]))
+    rows = pa.RecordBatch.from_pydict({
+        "payload": [b"a"], "attributes": pa.array([[("x", {"n": 1})]], values)})
+
+    staged = StagedRows.from_ipc(sink_ipc(rows, None))
+
+    assert [m.attributes for m in staged.messages] == [{"x": "{'n': 1}"}]
