@@ -15,11 +15,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._lease_log import LeaseLog
-from runtime.broker._lease_record import COLUMNS, LeasedDelivery
+from runtime.broker._lease_record import LeasedDelivery, lease_ipc
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows
 from runtime.broker._staging import StagingArea
-from runtime.core._message import Message
+from runtime.core._message import Message, parts_of
 from runtime.core.settlement._delivery import fail_delivery
 from runtime.errors import TopicClosedError, TopicNotFoundError, WouldBlock
 
@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 _PUBLISH_CHUNK = 1000
 DEFAULT_PUBLISH_TIMEOUT = 60.0
 ERROR_REASON = "error"
-LEASE_PREFETCH = 1024
+LEASE_PREFETCH = 8192
+# Payload bytes of one lease_fetch_arrow reply, at most (plus one record).
+FETCH_BYTES = 16 * 1024 * 1024
 # A blocked remote publish re-checks this often whether the server is closing.
 WAIT_SLICE = 0.1
 
@@ -131,7 +133,7 @@ class BrokerService:
         """Publish `Message` objects as one batch; returns their ids in order."""
         if not all(type(m) is Message for m in messages):
             raise TypeError("publish_batch takes a list of Message")
-        return self._publish_messages(self._bus.topic(name), messages)
+        return self._publish_parts(self._bus.topic(name), *parts_of(messages))
 
     def lease_position(self, name: str, group: str, consumer: str, lease_seconds: float) -> int:
         """The consumer's first unacked offset (where a fresh query starts)."""
@@ -144,13 +146,15 @@ class BrokerService:
         """Lease up to ``max_rows`` messages from ``start``; returns the end offset."""
         return self._lease(name, group, consumer, lease_seconds).latest(start, max_rows)
 
-    def lease_fetch(
+    def lease_fetch_arrow(
         self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int
-    ) -> dict[str, list[Any]]:
-        """The records of ``[start, end)`` as columns (the same on every call)."""
-        records = self._lease(name, group, consumer, lease_seconds).fetch(start, end)
-        columns = zip(*records, strict=True) if records else ((),) * len(COLUMNS)
-        return {column: list(values) for column, values in zip(COLUMNS, columns, strict=True)}
+    ) -> bytes:
+        """The records of ``[start, end)`` as Arrow IPC bytes (`lease_ipc`; the same on
+        every call), cut short after the record whose payloads pass `FETCH_BYTES`: the
+        batch's metadata names the offset it ends at, where the reader asks again."""
+        log = self._lease(name, group, consumer, lease_seconds)
+        records, end = log.fetch_bounded(start, end, FETCH_BYTES)
+        return lease_ipc(records, end)
 
     def lease_ack(
         self, name: str, group: str, consumer: str, lease_seconds: float, offset: int
@@ -194,10 +198,15 @@ class BrokerService:
         """Extend the consumer's leases."""
         self._lease(name, group, consumer, lease_seconds).heartbeat()
 
-    def stage(self, name: str, producer: str, batch: str, part: Any, columns: Mapping[str, Any]) -> bool:
-        """Stage one part of rows; False when that batch is already committed."""
+    def stage(
+        self, name: str, producer: str, batch: str, part: Any, columns: Mapping[str, Any] | bytes
+    ) -> bool:
+        """Stage one part of rows (a columns dict, or Arrow IPC bytes); False when that
+        batch is already committed."""
         self._bus.topic(name)  # unknown topic: fail the write task, not the commit
-        return self._staging.stage((name, producer), batch, part, StagedRows.from_columns(columns))
+        rows = (StagedRows.from_ipc(columns) if isinstance(columns, bytes)
+                else StagedRows.from_columns(columns))
+        return self._staging.stage((name, producer), batch, part, rows)
 
     def commit(self, name: str, producer: str, batch: str, parts: list[Any]) -> bool:
         """Publish the listed parts of (producer, batch) once; False when already done."""
@@ -260,17 +269,18 @@ class BrokerService:
         return log
 
     def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
-        batch: list[Message] = []
-        for rows in staged:
-            batch += rows.messages
-            for message, error in rows.rejected:
-                dead_letter(topic, message, error)
-        self._publish_messages(topic, batch)
+        for message, error in (pair for rows in staged for pair in rows.rejected):
+            dead_letter(topic, message, error)
+        self._publish_parts(topic, *StagedRows.joined(staged))
 
-    def _publish_messages(self, topic: Any, messages: list[Message]) -> list[str]:
+    def _publish_parts(
+        self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None],
+    ) -> list[str]:
         futures: list[Future[list[str]]] = [
-            topic._publish_batch(messages[i:i + _PUBLISH_CHUNK])
-            for i in range(0, len(messages), _PUBLISH_CHUNK)
+            topic._publish_parts(datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
+                                 keys[i:i + _PUBLISH_CHUNK])
+            for i in range(0, len(datas), _PUBLISH_CHUNK)
         ]
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
@@ -282,7 +292,7 @@ class BrokerService:
                 # just that it timed out: a Spark commit shows this text to the user.
                 held = topic.held_by() or "the topic did not accept the batch in time"
                 raise TimeoutError(
-                    f"publishing {len(messages)} messages to topic {topic.name!r} timed out "
+                    f"publishing {len(datas)} messages to topic {topic.name!r} timed out "
                     f"after {self._publish_timeout}s: {held}") from None
         return ids
 

@@ -85,10 +85,10 @@ class Session:
             "ping": lambda: "pong", "limits": lambda: {"max_frame_size": self._max_frame_size},
         }
         for name in ("topics", "stats", "publish", "publish_batch", "lease_position",
-                     "lease_latest", "lease_fetch", "lease_ack", "lease_heartbeat", "stage",
+                     "lease_latest", "lease_ack", "lease_heartbeat", "stage",
                      "commit", "abort", "dead_letters", "drain_dead_letters",
                      "replay_dead_letters", "held_by", "lease_target", "lease_missing",
-                     "lease_ack_range"):
+                     "lease_ack_range", "lease_fetch_arrow"):
             self._operations[name] = getattr(service, name)
 
     def run(self) -> None:

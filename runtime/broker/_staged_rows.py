@@ -5,9 +5,16 @@ and optionally ``key``, ``attributes`` and ``error`` lists of the same length. A
 with an error text goes to the topic's dead letters (reason ``error``) instead of
 being published.
 
-The rows become `Message` objects when they are staged, not when they are committed:
-staging runs while Spark's tasks still run, the commit is on the query's critical
-path and then only hands the prepared messages to the topic.
+A Spark write task sends the same columns as one Arrow IPC stream instead (`from_ipc`):
+one ``bytes`` value on the wire, turned into lists in C loops; a binary ``key`` there
+becomes the runtime's ``str`` key by UTF-8 with ``surrogateescape``, which is lossless
+(``key.encode("utf-8", "surrogateescape")`` gives the bytes back) and keeps a UTF-8 key
+equal to its text.
+
+The rows are validated and converted when they are staged, not when they are committed:
+staging runs while Spark's tasks still run, the commit is on the query's critical path
+and then only hands the prepared lists to the topic. They stay parallel lists (data,
+attributes, key), the form a topic publishes a batch from: no `Message` per row.
 """
 
 from __future__ import annotations
@@ -25,17 +32,26 @@ _COLUMNS = ("payload", "key", "attributes", "error")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StagedRows:
-    """One staged part: the messages to publish and the rows to dead-letter.
+    """One staged part: the rows to publish as parallel lists (what a topic publishes a
+    batch from, see ``Topic._publish_parts``), and the rows to dead-letter.
 
     ``rejected`` pairs a row's message with its error text, in row order.
     """
 
-    messages: list[Message]
+    datas: list[bytes]
+    attributes: list[dict[str, str]]
+    keys: list[str | None]
     rejected: list[tuple[Message, str]]
+
+    @property
+    def messages(self) -> list[Message]:
+        """The rows to publish as `Message` objects (built on each call)."""
+        return [new_message(data, attributes, key)
+                for data, attributes, key in zip(self.datas, self.attributes, self.keys, strict=True)]
 
     @classmethod
     def from_columns(cls, columns: Mapping[str, Any]) -> StagedRows:
-        """Validate a wire ``columns`` dict and build its messages.
+        """Validate a wire ``columns`` dict and build its rows.
 
         Raises:
             ValueError: unknown or missing columns, lengths differ, a payload that is
@@ -44,32 +60,56 @@ class StagedRows:
         unknown = set(columns) - set(_COLUMNS)
         if unknown or "payload" not in columns:
             raise ValueError(f"staged columns must be {_COLUMNS} with a payload, got {sorted(columns)}")
-        payloads = _payloads(columns["payload"])
-        keys, attributes, errors = (_column(columns, name, len(payloads)) for name in _COLUMNS[1:])
-        messages = _messages(payloads, keys, attributes)
+        datas = _payloads(columns["payload"])
+        rows = len(datas)
+        keys, attributes, errors = (_column(columns, name, rows) for name in _COLUMNS[1:])
+        # An empty key is no key; every row gets a dict of its own.
+        key_list: list[str | None] = [key or None for key in keys] if keys else [None] * rows
+        maps = [_text_map(pairs) for pairs in attributes] if attributes else [{} for _ in datas]
         if not errors:
-            return cls(messages=messages, rejected=[])
-        failed = {i for i, error in enumerate(errors) if error is not None}
+            return cls(datas=datas, attributes=maps, keys=key_list, rejected=[])
+        failed = [i for i, error in enumerate(errors) if error is not None]
+        ok = sorted(set(range(rows)) - set(failed))
         return cls(
-            messages=[m for i, m in enumerate(messages) if i not in failed],
-            rejected=[(messages[i], str(errors[i])) for i in sorted(failed)],
+            datas=[datas[i] for i in ok], attributes=[maps[i] for i in ok],
+            keys=[key_list[i] for i in ok],
+            rejected=[(new_message(datas[i], maps[i], key_list[i]), str(errors[i])) for i in failed],
         )
 
+    @classmethod
+    def from_ipc(cls, data: bytes) -> StagedRows:
+        """`from_columns` of the columns of an Arrow IPC stream (see the module).
+
+        Raises:
+            ValueError: not an Arrow IPC stream, or its columns are refused as in
+                `from_columns`.
+        """
+        import pyarrow as pa
+
+        try:
+            table = pa.ipc.open_stream(data).read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(f"staged rows are not an Arrow IPC stream: {exc}") from exc
+        columns: dict[str, Any] = {name: table.column(name).to_pylist() for name in table.column_names}
+        if "key" in columns:
+            columns["key"] = [k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
+                              for k in columns["key"]]
+        if "attributes" in columns:  # an Arrow map reads as a list of pairs
+            columns["attributes"] = [None if pairs is None else dict(pairs)
+                                     for pairs in columns["attributes"]]
+        return cls.from_columns(columns)
+
+    @staticmethod
+    def joined(
+        staged: Sequence[StagedRows],
+    ) -> tuple[list[bytes], list[dict[str, str]], list[str | None]]:
+        """The rows to publish of several parts, in order, as one set of parallel lists."""
+        return ([d for rows in staged for d in rows.datas],
+                [a for rows in staged for a in rows.attributes],
+                [k for rows in staged for k in rows.keys])
+
     def __len__(self) -> int:
-        return len(self.messages) + len(self.rejected)
-
-
-def _messages(
-    payloads: list[bytes], keys: Sequence[str | None], attributes: Sequence[Any]
-) -> list[Message]:
-    if not keys and not attributes:
-        return [new_message(payload, {}, None) for payload in payloads]
-    rows = len(payloads)
-    return [
-        new_message(payload, _text_map(pairs), key or None)
-        for payload, key, pairs in zip(payloads, keys or [None] * rows,
-                                       attributes or [None] * rows, strict=True)
-    ]
+        return len(self.datas) + len(self.rejected)
 
 
 def _payloads(values: Sequence[object]) -> list[bytes]:

@@ -1,15 +1,14 @@
-"""Arrow on the data plane: source columns to record batches, sink batches to columns."""
+"""Arrow on the data plane: the broker's IPC bytes to source batches, sink batches to IPC bytes."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-__all__ = ["SOURCE_SCHEMA", "check_sink_schema", "key_text", "record_batch", "sink_columns"]
+from runtime.broker._lease_record import END_KEY
+
+__all__ = ["SOURCE_SCHEMA", "check_sink_schema", "record_batch", "sink_batch", "sink_ipc"]
 
 SOURCE_SCHEMA = (
     "message_id string, key string, payload binary, attributes map<string,string>, "
@@ -17,29 +16,24 @@ SOURCE_SCHEMA = (
 )
 
 
-def record_batch(columns: Mapping[str, list[Any]], schema: StructType) -> pa.RecordBatch:
-    """The source rows of broker ``columns`` as one batch of exactly Spark's Arrow schema."""
+def record_batch(data: bytes, schema: StructType) -> tuple[pa.RecordBatch, int]:
+    """The source rows of the broker's Arrow IPC ``data`` (one batch) in exactly Spark's
+    Arrow schema (columns as they are, cast only where a type differs), and the offset
+    the batch ends at (its metadata's ``END_KEY``).
+
+    Raises:
+        ValueError: the batch names no end offset.
+    """
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    micros = [int(t * 1_000_000) for t in columns["published_at"]]
-    attributes = columns["attributes"]
-    offsets = [0]
-    keys: list[str] = []
-    values: list[str] = []
-    for mapping in attributes:
-        keys += mapping.keys()
-        values += mapping.values()
-        offsets.append(len(keys))
-    arrays = {
-        "message_id": pa.array(columns["message_id"], pa.string()),
-        "key": _source_keys(columns["key"]),
-        "payload": pa.array(columns["payload"], pa.binary()),
-        "attributes": pa.MapArray.from_arrays(
-            pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())),
-        "published_at": pa.array(micros, pa.timestamp("us", tz="UTC")),
-        "attempt": pa.array(columns["attempt"], pa.int32()),
-    }
-    return pa.RecordBatch.from_arrays(
-        [arrays[field.name].cast(field.type) for field in arrow_schema], schema=arrow_schema)
+    table = pa.ipc.open_stream(data).read_all()
+    end = (table.schema.metadata or {}).get(END_KEY)
+    if end is None:
+        raise ValueError("actorbus: the broker's lease batch names no end offset")
+    columns = [table.column(field.name).combine_chunks() for field in arrow_schema]
+    batch = pa.RecordBatch.from_arrays(
+        [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, arrow_schema, strict=True)],
+        schema=arrow_schema)
+    return batch, int(end)
 
 
 def check_sink_schema(schema: StructType, error_column: str | None) -> None:
@@ -64,43 +58,46 @@ def check_sink_schema(schema: StructType, error_column: str | None) -> None:
         raise ValueError(f"actorbus sink: error_column {error_column!r} is not a column")
 
 
-def sink_columns(batch: pa.RecordBatch, error_column: str | None) -> dict[str, list[Any]]:
-    """The staged columns of one sink batch: payload, and key/attributes/error if present.
+def sink_ipc(batch: pa.RecordBatch, error_column: str | None) -> bytes:
+    """The staged part of one sink batch as Arrow IPC bytes (see `sink_batch`): one
+    ``bytes`` value on the wire, read on the broker into columns in C loops."""
+    rows = sink_batch(batch, error_column)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_batch(rows)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def sink_batch(batch: pa.RecordBatch, error_column: str | None) -> pa.RecordBatch:
+    """The staged columns of one sink batch: ``payload`` (binary), and ``key`` (string
+    or binary, as it is), ``attributes`` (map<string,string>) and ``error`` (string)
+    when present.
 
     A key, attributes or error column without a single value (all null, or only empty
-    maps) is left out: it stages exactly like an absent one, without a Python object
-    per row.
+    maps) is left out: it stages exactly like an absent one.
     """
     names = set(batch.schema.names)
-    columns: dict[str, list[Any]] = {"payload": batch.column("payload").to_pylist()}
+    payload = batch.column("payload")
+    columns: dict[str, pa.Array] = {
+        "payload": payload if pa.types.is_binary(payload.type) else payload.cast(pa.binary())}
     if "key" in names and _has_values(batch.column("key")):
-        columns["key"] = [key_text(k) for k in batch.column("key").to_pylist()]
+        columns["key"] = batch.column("key")
     if "attributes" in names and _has_values(batch.column("attributes")):
-        columns["attributes"] = [
-            None if pairs is None else {str(k): str(v) for k, v in pairs}
-            for pairs in batch.column("attributes").to_pylist()
-        ]
+        columns["attributes"] = _text_maps(batch.column("attributes"))
     if error_column is not None and _has_values(batch.column(error_column)):
-        errors = batch.column(error_column).to_pylist()
-        columns["error"] = [None if e is None else str(e) for e in errors]
-    return columns
+        columns["error"] = batch.column(error_column).cast(pa.string())
+    return pa.RecordBatch.from_pydict(columns)
 
 
-def key_text(key: str | bytes | None) -> str | None:
-    """The runtime's ``str`` ordering key of a sink key: text as it is; bytes decoded as
-    UTF-8 with ``surrogateescape``, which is lossless (``key.encode("utf-8",
-    "surrogateescape")`` gives the bytes back) and keeps a UTF-8 key equal to its text."""
-    if isinstance(key, bytes):
-        return key.decode("utf-8", "surrogateescape")
-    return key
-
-
-def _source_keys(keys: list[str | None]) -> pa.Array:
+def _text_maps(column: pa.Array) -> pa.Array:
+    """A map column as map<string,string>: cast in Arrow, or (values Arrow cannot cast,
+    e.g. structs) each value's ``str``."""
+    text = pa.map_(pa.string(), pa.string())
     try:
-        return pa.array(keys, pa.string())
-    except UnicodeEncodeError:  # a binary key that is not UTF-8: Arrow strings must be
-        return pa.array([None if k is None else k.encode("utf-8", "surrogateescape").decode(
-            "utf-8", "replace") for k in keys], pa.string())
+        return column.cast(text)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return pa.array([None if pairs is None else [(str(k), str(v)) for k, v in pairs]
+                         for pairs in column.to_pylist()], text)
 
 
 def _has_values(column: pa.Array) -> bool:

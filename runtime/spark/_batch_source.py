@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from runtime.spark._options import DEFAULT_FETCH_ROWS, SourceOptions
+from runtime.spark._options import SourceOptions
 from runtime.spark._source import OffsetRange, fetch_range
 
 __all__ = ["ActorbusBatchReader"]
@@ -63,7 +63,7 @@ class ActorbusBatchReader(DataSourceReader):
         """Executor: the range's records, then ack the range."""
         assert isinstance(partition, OffsetRange)
         with self.options.connect() as channel:
-            yield from fetch_range(channel, self.options, self.schema, partition, DEFAULT_FETCH_ROWS)
+            yield from fetch_range(channel, self.options, self.schema, partition)
             if partition.end > partition.start:
                 channel.call("lease_ack_range", *self.options.lease, partition.start, partition.end)
 

@@ -23,7 +23,6 @@ DEFAULT_PARTITIONS = 2
 DEFAULT_MAX_TRIGGER_DELAY = 900.0  # seconds, as Kafka's maxTriggerDelay (15 min)
 # A group has nothing older than the consumer's acked position: "earliest" is the same.
 STARTING_POSITIONS = ("acked", "earliest")
-DEFAULT_FETCH_ROWS = 20_000
 
 
 def read_authkey(variable: str) -> bytes:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from runtime.spark._arrow import sink_columns
+from runtime.spark._arrow import sink_ipc
 from runtime.spark._options import SinkOptions
 
 __all__ = ["ActorbusBatchWriter", "ActorbusStreamWriter", "StagedParts"]
@@ -58,8 +58,8 @@ def _stage(
             for topic, rows in _by_topic(table, options.topic):
                 if topic in committed:
                     continue
-                columns = sink_columns(rows, options.error_column)
-                if not channel.call("stage", topic, producer, batch, part, columns):
+                data = sink_ipc(rows, options.error_column)
+                if not channel.call("stage", topic, producer, batch, part, data):
                     committed.add(topic)
                     continue
                 staged.parts.append((topic, part))

@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 from runtime.broker._client import Channel
 from runtime.spark._arrow import record_batch
 from runtime.spark._heartbeat import Heartbeat
-from runtime.spark._options import DEFAULT_FETCH_ROWS, SourceOptions
+from runtime.spark._options import SourceOptions
 
 __all__ = [
     "ActorbusStreamReader", "DataLossError", "OffsetRange", "fetch_range", "lease_of_offset",
@@ -74,14 +74,20 @@ class OffsetRange(InputPartition):
 
 
 def fetch_range(
-    channel: Channel, options: SourceOptions, schema: StructType, partition: OffsetRange, rows: int
+    channel: Channel, options: SourceOptions, schema: StructType, partition: OffsetRange
 ) -> Iterator[pa.RecordBatch]:
-    """The leased records of ``partition``'s range, ``rows`` at a time, as Arrow batches."""
-    for first in range(partition.start, partition.end, rows):
-        last = min(first + rows, partition.end)
-        columns = channel.call("lease_fetch", *options.lease, first, last)
-        if columns["message_id"]:
-            yield record_batch(columns, schema)
+    """The leased records of ``partition``'s range as Arrow batches: the broker sends as
+    much of the range as its fetch budget holds, as Arrow IPC bytes naming where it
+    ended; the next call starts there."""
+    first = partition.start
+    while first < partition.end:
+        batch, end = record_batch(
+            channel.call("lease_fetch_arrow", *options.lease, first, partition.end), schema)
+        if batch.num_rows:
+            yield batch
+        if end <= first:
+            raise RuntimeError(f"actorbus: the broker's fetch from offset {first} did not advance")
+        first = end
 
 
 class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -191,7 +197,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: the leased records of the partition's range, as Arrow batches."""
         assert isinstance(partition, OffsetRange)
         with self.options.connect() as channel:
-            yield from fetch_range(channel, self.options, self.schema, partition, DEFAULT_FETCH_ROWS)
+            yield from fetch_range(channel, self.options, self.schema, partition)
 
     def _lease(self, first: int, rows: int | None) -> int:
         """Lease the batch from ``first``: the broker fills it from the group, which

@@ -148,14 +148,16 @@ def test_lease_ops_replay_and_ack_over_the_wire(bus: Bus, server: BusServer) -> 
     with Channel(server.address, KEY) as channel:
         start = channel.call("lease_position", *lease)
         end = channel.call("lease_latest", *lease, start, 3)
-        once = channel.call("lease_fetch", *lease, start, end)
-        again = channel.call("lease_fetch", *lease, start, end)
+        once = channel.call("lease_fetch_arrow", *lease, start, end)
+        again = channel.call("lease_fetch_arrow", *lease, start, end)
         position = channel.call("lease_ack", *lease, end)["position"]
 
     assert (start, end, position) == (0, 3, 3)
-    assert once == again
-    assert once["payload"] == [b"m0", b"m1", b"m2"]
-    assert once["attempt"] == [1, 1, 1]
+    assert type(once) is bytes and once == again  # one value on the wire: Arrow IPC
+    table = pytest.importorskip("pyarrow").ipc.open_stream(once).read_all()
+    assert table.column("payload").to_pylist() == [b"m0", b"m1", b"m2"]
+    assert table.column("attempt").to_pylist() == [1, 1, 1]
+    assert table.schema.metadata == {b"actorbus.end": b"3"}
     bus.topic("orders")._sync()
     assert bus.topic("orders").stats().delivered == 3
 

@@ -129,6 +129,22 @@ def test_fetch_replays_the_same_range(group: FakeGroup, clock: FakeClock) -> Non
     assert once == again
 
 
+def test_a_bounded_fetch_stops_after_the_record_passing_the_budget(
+    group: FakeGroup, clock: FakeClock
+) -> None:
+    group.publish(b"aa", b"bbb", b"cccc", b"d", b"e")
+    log = make_log(group, clock)
+    log.latest(0, 5)
+    log.ack(1)  # offsets stay where they were: the log's base moves to 1
+
+    cut, end = log.fetch_bounded(1, 5, max_bytes=5)
+    whole, whole_end = log.fetch_bounded(1, 5, max_bytes=100)
+
+    assert ([r.payload for r in cut], end) == ([b"bbb", b"cccc"], 3)
+    assert ([r.payload for r in whole], whole_end) == ([b"bbb", b"cccc", b"d", b"e"], 5)
+    assert log.fetch_bounded(end, 5, max_bytes=5) == (whole[2:], 5)
+
+
 def test_ack_is_cumulative_and_settles_only_below_offset(group: FakeGroup, clock: FakeClock) -> None:
     deliveries = group.publish(*[b"x"] * 5)
     log = make_log(group, clock)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from runtime import Bus, Message
-from runtime.broker._lease_record import COLUMNS, LeaseRecord, record_of
+from runtime.broker._lease_record import COLUMNS, LeaseRecord, lease_ipc, record_of
 
 
 def received(topic: Any, count: int) -> list[Any]:
@@ -50,3 +52,22 @@ def test_plain_objects_are_encoded_and_stamped_now() -> None:
     assert [(r.payload, r.key, r.attributes, r.published_at) for r in records] == [
         (b"text", "k", {"n": "2"}, 42.0), (b'{"a":1}', None, {}, 42.0)]
     assert COLUMNS == ("message_id", "key", "payload", "attributes", "published_at", "attempt")
+
+
+def test_a_range_crosses_as_arrow_ipc_with_every_column_as_it_was() -> None:
+    pa = pytest.importorskip("pyarrow")
+    records = [
+        LeaseRecord("m0", None, b"a", {}, 1.5, 1),
+        LeaseRecord("m1", "key", b"", {"x": "1", "y": "2"}, 2.000_001, 3),
+        LeaseRecord("m2", "\udcff", b"\x00\xff", {}, 3.25, 2),  # a binary key, not UTF-8
+    ]
+    table = pa.ipc.open_stream(lease_ipc(records)).read_all()
+    assert table.column_names == list(COLUMNS)
+    assert table.column("message_id").to_pylist() == ["m0", "m1", "m2"]
+    assert table.column("key").to_pylist() == [None, "key", "\ufffd"]
+    assert table.column("payload").to_pylist() == [b"a", b"", b"\x00\xff"]
+    assert table.column("attributes").to_pylist() == [[], [("x", "1"), ("y", "2")], []]
+    micros = table.column("published_at").cast(pa.int64()).to_pylist()
+    assert micros == [1_500_000, 2_000_001, 3_250_000]
+    assert table.column("attempt").to_pylist() == [1, 3, 2]
+    assert pa.ipc.open_stream(lease_ipc([])).read_all().num_rows == 0
