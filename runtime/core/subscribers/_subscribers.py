@@ -6,6 +6,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -107,7 +108,7 @@ class Subscribers:
                 raise KeyError(f"topic {self._topic!r} has no group {name!r}")
             self._handles = [h for h in self._handles if h.name != name]
         group.handle.gate.close()
-        group.handle.ref.ask(End("unsubscribed"), timeout=_ASK_TIMEOUT).result(_ASK_TIMEOUT)
+        self._await_end(group.handle.ref, group.handle.ref.ask(End("unsubscribed"), timeout=None))
         for seat in group.seats.values():
             seat.retire(_ASK_TIMEOUT)
         for pull in group.pulls.values():
@@ -196,15 +197,28 @@ class Subscribers:
         groups = list(self._groups.values())
         for group in groups:
             group.handle.gate.close()
-        futures = [g.handle.ref.ask(End("closed"), timeout=_ASK_TIMEOUT) for g in groups]
-        for future in futures:
-            try:
-                future.result(_ASK_TIMEOUT)
-            except ActorError as exc:  # the group's actor is gone (its system gave up)
-                logger.warning("topic %s: a group could not end its queue: %s", self._topic, exc)
+        futures = [g.handle.ref.ask(End("closed"), timeout=None) for g in groups]
+        for group, future in zip(groups, futures, strict=True):
+            self._await_end(group.handle.ref, future)
         for group in groups:
             for pull in group.pulls.values():
                 pull.close(claim=False)  # prefetched deliveries stay for the "closed" sweep
+
+    def _await_end(self, ref: Ref, future: Future[Any]) -> None:
+        """Wait for a group to end its queue, for as long as its actor lives: it dead-letters
+        every queued message (a million take seconds), so no fixed bound fits."""
+        while True:
+            try:
+                future.result(_ASK_TIMEOUT)
+                return
+            except TimeoutError:
+                if ref.is_alive():
+                    continue
+                error: BaseException = TimeoutError("its actor stopped before it answered")
+            except ActorError as exc:  # the group's actor is gone (its system gave up)
+                error = exc
+            logger.warning("topic %s: a group could not end its queue: %s", self._topic, error)
+            return
 
     def refs(self) -> list[Ref]:
         """Every actor spawned, subscribers first (the order to stop them in)."""

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime import Bus, Delivery, Message, Nack
+from runtime.core.subscribers import _subscribers
 from runtime.errors import SettlementError, TopicClosedError
 
 
@@ -140,3 +141,31 @@ def test_pull_receive_raises_topic_closed_after_close(bus: Bus) -> None:
     with pytest.raises(TopicClosedError):
         ring_reader.receive(timeout=1)
     assert list(ring_reader) == []
+
+
+@pytest.mark.parametrize("end", ["close", "delete_group"])
+def test_a_queue_longer_than_one_wait_still_ends_whole(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch, end: str,
+) -> None:
+    """Ending a queue takes as long as it takes: a group that sweeps longer than one
+    bounded wait (there 10 s: a million queued messages) is waited for while it lives."""
+    monkeypatch.setattr(_subscribers, "_ASK_TIMEOUT", 0.001)
+    count = 20_000
+    topic = bus.create_topic("t", ack_timeout=None, balanced_capacity=count + 1,
+                             dead_letter_limit=count)
+    topic.create_group("held")
+    topic._publish_batch([Message(data=b"%06d" % n) for n in range(count)]).result(timeout=30)
+
+    if end == "close":
+        topic.close()
+        reason = "closed"
+    else:
+        topic.delete_group("held")
+        reason = "unsubscribed"
+
+    stats = topic.stats()
+    assert (stats.published, stats.dead_lettered, stats.pending) == (count, count, 0)
+    letters = topic.dead_letters.drain()
+    assert len(letters) == count
+    assert {letter.reason for letter in letters} == {reason}
+    assert sorted(letter.message.data for letter in letters) == [b"%06d" % n for n in range(count)]
