@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from runtime import Bus, Delivery, Message, Nack
+from runtime import Bus, Delivery, Nack, Topic
 from runtime.errors import WouldBlock
 
 
@@ -189,23 +190,32 @@ def test_timeouts_exhaust_attempts_into_dead_letters(bus: Bus) -> None:
     assert [(d.reason, d.attempts) for d in topic.dead_letters] == [("timeout", 3)]
 
 
-def test_keyed_messages_keep_per_key_order_within_a_group(bus: Bus) -> None:
-    topic = bus.create_topic("t")
+def join_recording_members(
+    topic: Topic[Any], count: int, read: Callable[[Any], int], prefetch: int | None = None,
+) -> tuple[dict[str, list[int]], dict[str, set[int]]]:
+    """``count`` members of group ``g`` that ack and record, per key, what they read (in
+    arrival order) and which members read it."""
     seen: dict[str, list[int]] = defaultdict(list)
     members: dict[str, set[int]] = defaultdict(set)
     lock = threading.Lock()
 
-    def make(member: int) -> object:
-        def handler(delivery: Delivery[int]) -> None:
+    def make(member: int) -> Callable[[Delivery[Any]], None]:
+        def handler(delivery: Delivery[Any]) -> None:
             with lock:
-                seen[delivery.key or ""].append(delivery.message)
+                seen[delivery.key or ""].append(read(delivery.message))
                 members[delivery.key or ""].add(member)
             delivery.ack()
 
         return handler
 
-    for member in range(3):
-        topic.subscribe(make(member), group="g")
+    for member in range(count):
+        topic.subscribe(make(member), group="g", prefetch=prefetch)
+    return seen, members
+
+
+def test_keyed_messages_keep_per_key_order_within_a_group(bus: Bus) -> None:
+    topic = bus.create_topic("t")
+    seen, members = join_recording_members(topic, 3, int)
     for n in range(600):
         topic.publish(n, key=f"k{n % 7}")
 
@@ -220,21 +230,7 @@ def test_publisher_batches_keep_per_key_order_over_several_members(
     bus: Bus, ordering: bool,
 ) -> None:
     topic = bus.create_topic("t")
-    seen: dict[str, list[int]] = defaultdict(list)
-    members: dict[str, set[int]] = defaultdict(set)
-    lock = threading.Lock()
-
-    def make(member: int) -> object:
-        def handler(delivery: Delivery[Message]) -> None:
-            with lock:
-                seen[delivery.key or ""].append(int(delivery.message.data))
-                members[delivery.key or ""].add(member)
-            delivery.ack()
-
-        return handler
-
-    for member in range(3):
-        topic.subscribe(make(member), group="g", prefetch=5)
+    seen, members = join_recording_members(topic, 3, lambda message: int(message.data), prefetch=5)
     publisher = topic.publisher(message_ordering=ordering)
     for n in range(2000):
         publisher.publish(b"%d" % n, ordering_key=f"k{n % 7}" if n % 8 else None)
