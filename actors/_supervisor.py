@@ -170,8 +170,7 @@ class Supervisor(Actor):
         for other in reversed(targets):
             if other is not cell:
                 other.stop_incarnation(other.spec.shutdown)
-        if restarted:  # a process actor already restarted in place
-            cell.restarts += 1
+        if restarted:  # a process actor already restarted in place (its cell counted it)
             targets = tuple(c for c in targets if c is not cell)
         delay = self._backoff(cell)
         if delay > 0:

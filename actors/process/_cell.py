@@ -246,7 +246,10 @@ class ProcessCell(Cell):
         with self._lock:
             channel.acked(seq - 1)
             failed = channel.tells.popleft() if channel.tells and channel.tells[0][0] == seq else None
+            # The child restarted in place: counted here, before its RESTARTED frame (read
+            # next on this thread) emits "restarted", so status() never lags the event.
             self.incarnations += 1
+            self.restarts += 1
         if failed is not None:
             self.dead_letter(failed[1], "crashed")
         self.failed(error, restarted=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pykka
 import pytest
 from support.supervision import event_list
 
-from actors import Actor, ActorSystem
+from actors import Actor, ActorSystem, Event
 
 
 class Account(Actor):
@@ -167,6 +168,28 @@ def test_a_base_exception_fails_the_actor_and_the_supervisor_restarts_it(
     assert system.status()["acct"].restarts == 1
     assert ref.ask("after").result(10) == "after"
     assert [e.kind for e in events if e.name == "acct"] == ["started", "failed", "restarted"]
+
+
+def test_status_counts_each_restart_before_its_restarted_event(system: ActorSystem, kind: str) -> None:
+    """A listener of "restarted" that reads status() sees the restart counted (process
+    actors restart in place; their count once lagged on the supervisor's thread)."""
+    seen: list[int] = []
+    done = threading.Event()
+
+    def on_event(event: Event) -> None:
+        if event.name == "acct" and event.kind == "restarted":
+            seen.append(system.status()["acct"].restarts)
+            if len(seen) == 3:
+                done.set()
+
+    system.events.subscribe(on_event)
+    ref = system.spawn(Account, name="acct", process=kind == "process")
+    for _ in range(3):
+        ref.tell("crash")
+        assert ref.ask("sync").result(10) == "sync"  # answered by the next incarnation
+
+    assert done.wait(10)
+    assert seen == [1, 2, 3]
 
 
 def test_pykka_start_raises_a_type_error_pointing_to_spawn() -> None:
