@@ -9,8 +9,13 @@ failure, a restart from the checkpoint).
 Invariants:
 - offsets are never reused; ``position`` (the first unacked offset) only grows;
 - ``ack(n)`` is cumulative: every held record below ``n`` is acked, nothing else;
-- acks settle in bulk (``ack_many``), outside the log's lock and one ack at a time per
-  log, so a cumulative ack of a whole range costs one settlement message per hand-over;
+- the log reads whole hand-overs (`Tranche`, from a lease member): a record is columns
+  taken from the hand-over's envelopes, and a hand-over acked whole settles with one
+  claim and one message to the tracker, no per-message object. A hand-over the ack cuts,
+  or one that failed meanwhile, is settled one delivery at a time (``ack_many``), in
+  bulk, outside the log's lock and one ack at a time per log;
+- what a hand-over brings past the batch asked for stays *spare*: no offset, not leased;
+  a release gives it back to the group at the same attempt;
 - every call from the consumer is a heartbeat; ``lease_seconds`` without one releases
   every held record back to the group (nack ``"lease expired"``: redelivered with
   ``attempt + 1`` while the topic's attempts remain) and leaves the group, so the
@@ -27,14 +32,21 @@ from __future__ import annotations
 
 import bisect
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import accumulate
-from typing import Protocol
+from itertools import accumulate, groupby, repeat
+from typing import Any, Protocol
 
-from runtime.broker._lease_record import LeasedDelivery, LeaseRecord, PayloadError, record_of
+from runtime.broker._lease_record import (
+    LeaseColumns,
+    LeasedDelivery,
+    LeaseRecord,
+    PayloadError,
+    envelope_columns,
+    record_of,
+)
+from runtime.core.settlement._tranche import Tranche
 
 __all__ = ["LeaseLog", "LeaseSource", "ack_each"]
 
@@ -45,11 +57,14 @@ DEFAULT_LINGER = 0.02
 EXPIRED_REASON = "lease expired"
 # Released offset ranges remembered for `missing` (older ones count as missing).
 _RELEASED_RANGES = 256
-_PAYLOAD = operator.attrgetter("payload")
+# A part of a hand-over: the tranche and the indexes of its messages (a plain delivery,
+# from a member that is not a lease member, has no indexes).
+_Piece = tuple[Any, "Sequence[int] | None"]
 
 
 class LeaseSource(Protocol):
-    """The group membership a lease log pulls from (a `PullSubscription`)."""
+    """The group membership a lease log pulls from: a lease member (``tranches``, read
+    with ``receive_tranches``) or any pull member (``receive_many``)."""
 
     def receive_many(self, max_messages: int, timeout: float | None = None) -> list[LeasedDelivery]: ...
 
@@ -96,11 +111,14 @@ class LeaseLog:
         self._lock = threading.Lock()
         self._settling = threading.Lock()  # one bulk ack at a time (hand-over buffers)
         self._source: LeaseSource | None = None
-        # _records[i] and _deliveries[i] are offset _base + i; everything below _base is
-        # acked or released. A None delivery was acked out of order (`ack_range`).
+        # Offset _base + i is row i of the columns, held by _owners[i] (a Tranche, at
+        # message _indexes[i] of it; or a delivery). Everything below _base is acked or
+        # released. A None owner was acked out of order (`ack_range`).
         self._base = 0
-        self._records: list[LeaseRecord] = []
-        self._deliveries: list[LeasedDelivery | None] = []
+        self._columns = LeaseColumns([], [], [], [], [], [])
+        self._owners: list[Any] = []
+        self._indexes: list[int] = []
+        self._spares: list[_Piece] = []  # received past the batch asked for: no offsets
         # [start, end) ranges whose records went back to the group, oldest first.
         self._released: list[tuple[int, int]] = []
         self._deadline = clock() + lease_seconds
@@ -109,7 +127,7 @@ class LeaseLog:
     def end(self) -> int:
         """One past the last offset assigned so far."""
         with self._lock:
-            return self._base + len(self._records)
+            return self._base + len(self._owners)
 
     def position(self) -> int:
         """The first offset not acked yet (where a fresh query starts); a heartbeat."""
@@ -130,9 +148,16 @@ class LeaseLog:
         with self._lock:
             self._beat()
             source = self._source
-            held = [d for d in self._deliveries if d is not None]
-        if source is not None and held:
-            source.extend(held)
+            owners = list({id(o): o for o in self._owners if o is not None}.values())
+            owners += [owner for owner, _ in self._spares]
+        if source is None or not owners:
+            return
+        tranches = [o for o in owners if type(o) is Tranche]
+        if tranches:
+            source.renew_handovers(tranches)  # type: ignore[attr-defined]
+        deliveries = [o for o in owners if type(o) is not Tranche]
+        if deliveries:
+            source.extend(deliveries)
 
     def latest(self, start: int, max_rows: int | None) -> int:
         """Lease up to ``max_rows`` records from ``start`` on; return the end offset.
@@ -142,16 +167,16 @@ class LeaseLog:
         """
         with self._lock:
             self._beat()
-            if start > self._base + len(self._records):
+            if start > self._base + len(self._owners):
                 self._jump_to(start)
             want = start + (max_rows if max_rows is not None else self._fill_limit)
             self._fill(want)
-            return max(start, min(want, self._base + len(self._records)))
+            return max(start, min(want, self._base + len(self._owners)))
 
     def held(self) -> int:
         """How many records the consumer holds (leased, not acked)."""
         with self._lock:
-            return len(self._records)
+            return len(self._owners)
 
     def advance(self, start: int) -> int:
         """Move an empty log forward to ``start`` (the consumer's checkpoint); return the end.
@@ -160,9 +185,9 @@ class LeaseLog:
         """
         with self._lock:
             self._beat()
-            if start > self._base + len(self._records):
+            if start > self._base + len(self._owners):
                 self._jump_to(start)
-            return self._base + len(self._records)
+            return self._base + len(self._owners)
 
     def missing(self, start: int, end: int) -> int:
         """How many offsets of ``[start, end)`` are neither held nor released to the group.
@@ -171,7 +196,7 @@ class LeaseLog:
         the range cannot return their messages.
         """
         with self._lock:
-            held_end = self._base + len(self._records)
+            held_end = self._base + len(self._owners)
             wanted = max(end - start, 0)
             covered = _overlap(start, end, self._base, held_end)
             covered += sum(_overlap(start, end, a, b) for a, b in self._released)
@@ -179,25 +204,26 @@ class LeaseLog:
 
     def fetch(self, start: int, end: int) -> list[LeaseRecord]:
         """The held records of offsets ``[start, end)``: the same on every call. A heartbeat."""
-        with self._lock:
-            self._beat()
-            first = max(start - self._base, 0)
-            last = max(min(end - self._base, len(self._records)), first)
-            return self._records[first:last]
+        columns, _ = self.fetch_bounded(start, end, None)
+        return columns.records()
 
-    def fetch_bounded(self, start: int, end: int, max_bytes: int) -> tuple[list[LeaseRecord], int]:
-        """`fetch`, cut short after the record whose payload passes ``max_bytes`` in
-        total; returns the records and the offset they end at (``end`` when not cut)."""
+    def fetch_bounded(
+        self, start: int, end: int, max_bytes: int | None,
+    ) -> tuple[LeaseColumns, int]:
+        """The held rows of ``[start, end)`` as columns, cut short after the row whose
+        payload passes ``max_bytes`` in total (None: no bound); returns them and the
+        offset they end at (``end`` when not cut). The same on every call. A heartbeat."""
         with self._lock:
             self._beat()
             first = max(start - self._base, 0)
-            last = max(min(end - self._base, len(self._records)), first)
-            records = self._records[first:last]
-            # One pass in C (accumulate, bisect), not a loop in Python, on the hot path.
-            cut = bisect.bisect_left(list(accumulate(map(len, map(_PAYLOAD, records)))), max_bytes) + 1
-            if cut >= len(records):
-                return records, end
-            return records[:cut], self._base + first + cut
+            last = max(min(end - self._base, len(self._owners)), first)
+            if max_bytes is not None:
+                # One pass in C (accumulate, bisect), not a loop in Python, on the hot path.
+                sizes = accumulate(map(len, self._columns.payload[first:last]))
+                cut = first + bisect.bisect_left(list(sizes), max_bytes) + 1
+                if cut < last:
+                    last, end = cut, self._base + cut
+            return LeaseColumns(*(column[first:last] for column in self._columns)), end
 
     def ack(self, offset: int) -> tuple[int, int]:
         """Ack every held record below ``offset`` (cumulative).
@@ -210,17 +236,16 @@ class LeaseLog:
         with self._settling:
             with self._lock:
                 self._beat()
-                count = min(max(offset - self._base, 0), len(self._records))
-                done = [d for d in self._deliveries[:count] if d is not None]
-                del self._records[:count], self._deliveries[:count]
-                self._base += count
+                count = min(max(offset - self._base, 0), len(self._owners))
+                owners, indexes = self._owners[:count], self._indexes[:count]
+                self._drop_head(count)
                 position = self._base
-            if done:
-                late = self._ack_many(done)
+            if owners:
+                late = self._settle_acked(owners, indexes)
         if late:
             logger.warning("lease ack: %d of %d messages had settled before the ack "
                            "(ack deadline or close); the topic redelivered or dead-lettered "
-                           "them", late, len(done))
+                           "them", late, len(owners))
         return position, late
 
     def ack_range(self, start: int, end: int) -> int:
@@ -233,19 +258,18 @@ class LeaseLog:
             with self._lock:
                 self._beat()
                 first = max(start - self._base, 0)
-                last = max(min(end - self._base, len(self._records)), first)
-                held = self._deliveries
-                done = [d for d in held[first:last] if d is not None]
+                last = max(min(end - self._base, len(self._owners)), first)
+                owners, indexes = self._owners[first:last], self._indexes[first:last]
+                held = self._owners
                 held[first:last] = [None] * (last - first)
-                head = next((i for i, d in enumerate(held) if d is not None), len(held))
-                del self._records[:head], held[:head]
-                self._base += head
-            return self._ack_many(done) if done else 0
+                head = next((i for i, o in enumerate(held) if o is not None), len(held))
+                self._drop_head(head)
+            return self._settle_acked(owners, indexes)
 
     def expire(self) -> int:
         """Release everything when the lease ran out; return how many records went back."""
         with self._lock:
-            if self._clock() < self._deadline or (self._source is None and not self._records):
+            if self._clock() < self._deadline or (self._source is None and not self._owners):
                 return 0
             released = self._release()
         if released:
@@ -260,6 +284,33 @@ class LeaseLog:
     def _beat(self) -> None:
         self._deadline = self._clock() + self._lease_seconds
 
+    def _drop_head(self, count: int) -> None:
+        for column in (*self._columns, self._owners, self._indexes):
+            del column[:count]
+        self._base += count
+
+    def _settle_acked(self, owners: list[Any], indexes: list[int]) -> int:
+        """Ack the held messages of ``owners`` (parallel to ``indexes``); returns how many
+        had settled meanwhile. A tranche the range holds whole and that nothing else
+        unpacked is claimed at once and sent to its sink as one message."""
+        singles: list[Any] = []
+        at = 0
+        for _, run in groupby(owners, key=id):
+            count = len(list(run))
+            owner = owners[at]
+            if owner is None:
+                pass
+            elif type(owner) is not Tranche:
+                singles.append(owner)
+            elif count == len(owner.envelopes) and owner.claim_whole():
+                if owner.sink is not None:
+                    owner.sink.tell(owner)  # the tracker settles it whole
+            else:
+                built = owner.unpack()
+                singles.extend(map(built.__getitem__, indexes[at:at + count]))
+            at += count
+        return self._ack_many(singles) if singles else 0
+
     def _jump_to(self, start: int) -> None:
         # The consumer's checkpoint is ahead of this log (e.g. the broker restarted): a
         # cumulative ack up to ``start`` would ack records it never read, so return them.
@@ -269,33 +320,95 @@ class LeaseLog:
     def _fill(self, want: int) -> None:
         if self._source is None:
             self._source = self._subscribe()
-        while (missing := want - self._base - len(self._records)) > 0:
-            try:  # the group refills a member's prefetch asynchronously: linger briefly
-                deliveries = self._source.receive_many(missing, timeout=self._linger)
-            except TimeoutError:
-                return
-            records, held = self._records, self._deliveries
-            for delivery in deliveries:
-                try:
-                    records.append(record_of(delivery))
-                except PayloadError as exc:
-                    self._reject(delivery, str(exc))
-                else:
-                    held.append(delivery)
+        while (missing := want - self._base - len(self._owners)) > 0:
+            pieces, self._spares = self._spares, []
+            if not pieces:
+                try:  # the group refills a member's prefetch asynchronously: linger briefly
+                    pieces = self._receive(self._source, missing)
+                except TimeoutError:
+                    return
+            for number, (owner, indexes) in enumerate(pieces):
+                if indexes is not None and len(indexes) > missing:
+                    self._spares = [(owner, indexes[missing:]), *pieces[number + 1:]]
+                    self._hold(owner, indexes[:missing])
+                    break
+                missing -= self._hold(owner, indexes)
+
+    def _receive(self, source: LeaseSource, missing: int) -> list[_Piece]:
+        if not getattr(source, "tranches", False):
+            return [(d, None) for d in source.receive_many(missing, timeout=self._linger)]
+        pieces: list[_Piece] = []
+        tranches: list[Tranche] = source.receive_tranches(  # type: ignore[attr-defined]
+            missing, timeout=self._linger)
+        for tranche in tranches:
+            if tranche.whole():
+                pieces.append((tranche, range(len(tranche.envelopes))))
+            else:  # a deadline or a sweep settled some while it waited
+                pieces.append((tranche, [i for i, d in enumerate(tranche.unpack()) if d.pending]))
+        return pieces
+
+    def _hold(self, owner: Any, indexes: Sequence[int] | None) -> int:
+        """Give ``owner``'s messages offsets; returns how many it held (those that
+        cannot be encoded are rejected instead)."""
+        columns = self._columns
+        if indexes is None:  # one delivery
+            try:
+                record = record_of(owner)
+            except PayloadError as exc:
+                self._reject(owner, str(exc))
+                return 0
+            for column, value in zip(columns, record, strict=True):
+                column.append(value)
+            self._owners.append(owner)
+            self._indexes.append(-1)
+            return 1
+        envelopes = owner.envelopes
+        if not (type(indexes) is range and len(indexes) == len(envelopes)):
+            envelopes = list(map(envelopes.__getitem__, indexes))
+        ids, keys, payloads, attributes, times, bad = envelope_columns(envelopes, time.time())
+        attempts = owner.attempts
+        held = list(indexes)
+        if bad:
+            built = owner.unpack()
+            for position, error in bad:
+                self._reject(built[held[position]], error)
+            refused = {position for position, _ in bad}
+            held = [index for position, index in enumerate(held) if position not in refused]
+        columns.message_id.extend(ids)
+        columns.key.extend(keys)
+        columns.payload.extend(payloads)
+        columns.attributes.extend(attributes)
+        columns.published_at.extend(times)
+        columns.attempt.extend(
+            repeat(1, len(held)) if attempts is None else map(attempts.__getitem__, held))
+        self._owners.extend(repeat(owner, len(held)))
+        self._indexes.extend(held)
+        return len(held)
 
     def _release(self) -> int:
         source, self._source = self._source, None
-        deliveries, self._deliveries, self._records = self._deliveries, [], []
-        if deliveries:
-            self._released.append((self._base, self._base + len(deliveries)))
+        owners, indexes = self._owners, self._indexes
+        spares, self._spares = self._spares, []
+        count = len(owners)
+        self._owners, self._indexes = [], []
+        self._columns = LeaseColumns([], [], [], [], [], [])
+        if count:
+            self._released.append((self._base, self._base + count))
             del self._released[:-_RELEASED_RANGES]
-        self._base += len(deliveries)
-        held = [d for d in deliveries if d is not None]
-        # Leave the group first, so the returned messages cannot come back to us.
-        if source is not None:
-            _settle(source.unsubscribe)
+        self._base += count
+        held = [
+            owner if index < 0 else owner.unpack()[index]
+            for owner, index in zip(owners, indexes, strict=True) if owner is not None
+        ]
+        # Nack what the consumer held (redelivered with attempt + 1), then give the spares
+        # back at their attempt: leaving the group claims what its buffer holds again.
         for delivery in held:
             _settle(lambda d=delivery: d.nack(EXPIRED_REASON))  # type: ignore[misc]
+        if source is not None:
+            give_back = getattr(source, "give_back", None)
+            if give_back is not None and spares:
+                give_back([owner for owner, _ in spares])
+            _settle(source.unsubscribe)
         return len(held)
 
 

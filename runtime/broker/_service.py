@@ -45,8 +45,9 @@ def dead_letter(topic: Any, message: Message, error: str) -> None:
 
 
 def join_group(topic: Any, group: str) -> Any:
-    """A pull member of ``group`` with a deep prefetch (the lease log drains it fast)."""
-    return topic.subscription(group=group, prefetch=LEASE_PREFETCH)
+    """A lease member of ``group`` with a deep prefetch (the lease log drains it fast,
+    in whole hand-overs)."""
+    return topic._lease_member(group, LEASE_PREFETCH)
 
 
 class BrokerService:
@@ -153,8 +154,8 @@ class BrokerService:
         every call), cut short after the record whose payloads pass `FETCH_BYTES`: the
         batch's metadata names the offset it ends at, where the reader asks again."""
         log = self._lease(name, group, consumer, lease_seconds)
-        records, end = log.fetch_bounded(start, end, FETCH_BYTES)
-        return lease_ipc(records, end)
+        columns, end = log.fetch_bounded(start, end, FETCH_BYTES)
+        return lease_ipc(columns, end)
 
     def lease_ack(
         self, name: str, group: str, consumer: str, lease_seconds: float, offset: int

@@ -216,6 +216,17 @@ class Topic(Generic[T]):
             raise InvalidSettingsError("prefetch", f"must be an int >= 1, got {prefetch!r}")
         return self._subscribers.subscription(group, prefetch)
 
+    def _lease_member(self, group: str, prefetch: int) -> PullSubscription[T]:
+        """A pull member of ``group`` for the broker's lease log: it reads whole
+        hand-overs (`PullSubscription.receive_tranches`), no per-message object on the
+        all-acked path.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+        """
+        self._check_open()
+        return self._subscribers.subscription(group, prefetch, tranches=True)
+
     def _sync(self, timeout: float | None = 5.0) -> None:
         """Return once every settlement made before the call has been applied to the stats.
 

@@ -54,6 +54,10 @@ class Tranche(HandOver):
         """Claim every message as settled at once; False when `unpack` came first."""
         return self._whole.pop(0, None) is not None
 
+    def whole(self) -> bool:
+        """True while no `Delivery` was built for it (`claim_whole` may still win)."""
+        return 0 in self._whole
+
     def settled(self) -> bool:
         """True when nothing of it is pending any more."""
         return 0 not in self._whole and not self.pending

@@ -175,8 +175,11 @@ class Subscribers:
             except Exception:
                 logger.warning("worker pool %s did not stop cleanly", pool.name, exc_info=True)
 
-    def subscription(self, group: str | None, prefetch: int = 1) -> PullSubscription[Any]:
-        """Attach a pull subscriber (reads the ring, or is a group member with a prefetch)."""
+    def subscription(
+        self, group: str | None, prefetch: int = 1, *, tranches: bool = False,
+    ) -> PullSubscription[Any]:
+        """Attach a pull subscriber (reads the ring, or is a group member with a prefetch;
+        with ``tranches``, a lease member reading whole hand-overs)."""
         with self._lock:
             seat = Seat(next(self._keys), next(self._ids))
             sid = seat.subscriber_id
@@ -186,7 +189,8 @@ class Subscribers:
                 return PullSubscription(sid, None, source, lambda: self._unsubscribe(seat),
                                         self._ledger.renew)
             handle = self.create_group(group)
-            pull = PullEndpoint(seat.key, sid, handle.ref, self._topic, prefetch)
+            pull = PullEndpoint(seat.key, sid, handle.ref, self._topic, prefetch,
+                                tranches=tranches)
             self._groups[group].pulls[sid] = pull
             self._join(group, seat, pull)
             return PullSubscription(sid, group, pull, lambda: self._leave(group, seat),

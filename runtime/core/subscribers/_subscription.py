@@ -12,6 +12,7 @@ from actors import Ref
 from runtime.core._envelope import Envelope
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.settlement._tranche import Tranche
 from runtime.core.subscribers._broadcast import hand_over
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._ring import Ring
@@ -130,6 +131,38 @@ class PullSubscription(Subscription, Generic[T]):
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
         return self._source.receive_many(max_messages, timeout)
 
+    def receive_tranches(self, max_messages: int, timeout: float | None = None) -> list[Tranche]:
+        """A lease member's read (`Topic._lease_member`): whole hand-overs, each one
+        `Tranche` of envelopes with no per-message object, at least ``max_messages``
+        messages in all unless fewer are ready (the last may go past it).
+
+        Raises:
+            TimeoutError, TopicClosedError: as `receive_many`.
+            TypeError: this is not a lease member.
+        """
+        if not isinstance(self._source, PullEndpoint) or not self._source.tranches:
+            raise TypeError("receive_tranches reads a lease member only")
+        return self._source.receive_tranches(max_messages, timeout)
+
+    @property
+    def tranches(self) -> bool:
+        """True for a lease member (read with `receive_tranches`)."""
+        return bool(getattr(self._source, "tranches", False))
+
+    def give_back(self, tranches: list[Tranche]) -> None:
+        """A lease member's reader returns ``tranches`` unread: they go back to the front
+        of its buffer, and leaving the group gives their pending messages back to it at
+        the same attempt."""
+        if not isinstance(self._source, PullEndpoint) or not self._source.tranches:
+            raise TypeError("give_back is for a lease member only")
+        self._source.give_back(tranches)
+
+    def renew_handovers(self, handovers: Iterable[HandOver]) -> None:
+        """Restart the ack deadline of every delivery ``handovers`` still hold, from now."""
+        if self._renew is not None:
+            for handover in handovers:
+                self._renew(handover, force=True)
+
     def receive_nowait(self) -> Delivery[T]:
         """Return the next delivery if one is ready.
 
@@ -166,26 +199,34 @@ class RingSource:
 
 
 class PullEndpoint:
-    """A pull group member: the group pushes up to ``window`` deliveries into its buffer."""
+    """A pull group member: the group pushes up to ``window`` deliveries into its buffer.
+
+    With ``tranches`` (a lease member, read by the broker's lease log) it is pushed
+    whole `Tranche` hand-overs and reads them whole (`receive_tranches`): no
+    `Delivery` is built for a message unless something settles it alone.
+    """
 
     handovers: int | None = None
-    tranches = False
 
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
-                 window: int = 1) -> None:
+                 window: int = 1, *, tranches: bool = False) -> None:
         self.window = window
         self.key = key
         self.subscriber_id = subscriber_id
+        self.tranches = tranches
         self._group = group
         self._topic = topic
-        self._items: deque[Delivery[Any]] = deque()
+        self._items: deque[Any] = deque()  # deliveries, or tranches of a lease member
         self._changed = threading.Condition(threading.Lock())
         self._closed = False
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Buffer a batch (called on the group's thread)."""
         with self._changed:
-            self._items.extend(deliveries)
+            if self.tranches:
+                self._items.append(handover)
+            else:
+                self._items.extend(deliveries)
             self._changed.notify_all()
 
     def prefers_whole(self, count: int) -> bool:
@@ -205,6 +246,8 @@ class PullEndpoint:
 
         Credit goes back to the group once for the whole batch.
         """
+        if self.tranches:
+            raise TypeError("a lease member is read with receive_tranches")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while True:
@@ -219,12 +262,48 @@ class PullEndpoint:
                     self._group.tell(Credit(self.key, taken, 0))
                 if pending:
                     return pending
-                if self._closed:
-                    raise TopicClosedError(self._topic)
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no message on topic {self._topic!r} within {timeout}s")
-                self._changed.wait(remaining)
+                self._wait(deadline, timeout)
+
+    def receive_tranches(self, max_messages: int, timeout: float | None) -> list[Tranche]:
+        """Block for a tranche; take whole ones until ``max_messages`` messages are
+        taken or none is left (credit goes back once for them all)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while not self._items:
+                self._wait(deadline, timeout)
+            taken: list[Tranche] = []
+            count = 0
+            items = self._items
+            while items and count < max_messages:
+                tranche = items.popleft()
+                taken.append(tranche)
+                count += len(tranche.envelopes)
+            self._group.tell(Credit(self.key, count, 0))
+            return taken
+
+    def give_back(self, tranches: list[Tranche]) -> None:
+        """Put ``tranches`` back at the front of the buffer, in order (their credit was
+        returned when they were taken: it is taken again)."""
+        with self._changed:
+            self._items.extendleft(reversed(tranches))
+            self._group.tell(Credit(self.key, -sum(len(t.envelopes) for t in tranches), 0))
+            self._changed.notify_all()
+
+    def _wait(self, deadline: float | None, timeout: float | None) -> None:
+        """Wait (lock held) for a push until ``deadline``; a timeout or a close raises.
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout`` seconds.
+            TopicClosedError: closed and nothing is buffered.
+        """
+        if self._closed:
+            raise TopicClosedError(self._topic)
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError(f"no message on topic {self._topic!r} within {timeout}s")
+        self._changed.wait(remaining)
+        if self._closed and not self._items:
+            raise TopicClosedError(self._topic)
 
     def close(self, *, claim: bool = True) -> list[tuple[Envelope, int]]:
         """Stop; return the buffered deliveries it claimed back (to requeue).
@@ -238,4 +317,6 @@ class PullEndpoint:
             self._changed.notify_all()
         if not claim:
             return []
+        if self.tranches:
+            items = [d for tranche in items for d in tranche.unpack()]
         return [(d._envelope, d._attempt) for d in items if d._claim()]

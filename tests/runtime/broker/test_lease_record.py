@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus, Message
-from runtime.broker._lease_record import COLUMNS, LeaseRecord, lease_ipc, record_of
+from runtime.broker._lease_record import COLUMNS, LeaseColumns, LeaseRecord, lease_ipc, record_of
 
 
 def received(topic: Any, count: int) -> list[Any]:
@@ -61,7 +61,7 @@ def test_a_range_crosses_as_arrow_ipc_with_every_column_as_it_was() -> None:
         LeaseRecord("m1", "key", b"", {"x": "1", "y": "2"}, 2.000_001, 3),
         LeaseRecord("m2", "\udcff", b"\x00\xff", {}, 3.25, 2),  # a binary key, not UTF-8
     ]
-    table = pa.ipc.open_stream(lease_ipc(records)).read_all()
+    table = pa.ipc.open_stream(lease_ipc(LeaseColumns.of_records(records))).read_all()
     assert table.column_names == list(COLUMNS)
     assert table.column("message_id").to_pylist() == ["m0", "m1", "m2"]
     assert table.column("key").to_pylist() == [None, "key", "\ufffd"]
@@ -70,4 +70,4 @@ def test_a_range_crosses_as_arrow_ipc_with_every_column_as_it_was() -> None:
     micros = table.column("published_at").cast(pa.int64()).to_pylist()
     assert micros == [1_500_000, 2_000_001, 3_250_000]
     assert table.column("attempt").to_pylist() == [1, 3, 2]
-    assert pa.ipc.open_stream(lease_ipc([])).read_all().num_rows == 0
+    assert pa.ipc.open_stream(lease_ipc(LeaseColumns.of_records([]))).read_all().num_rows == 0
