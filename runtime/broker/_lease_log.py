@@ -223,7 +223,7 @@ class LeaseLog:
                 cut = first + bisect.bisect_left(list(sizes), max_bytes) + 1
                 if cut < last:
                     last, end = cut, self._base + cut
-            return LeaseColumns(*(column[first:last] for column in self._columns)), end
+            return self._columns.slice(first, last), end
 
     def ack(self, offset: int) -> tuple[int, int]:
         """Ack every held record below ``offset`` (cumulative).
@@ -357,8 +357,7 @@ class LeaseLog:
             except PayloadError as exc:
                 self._reject(owner, str(exc))
                 return 0
-            for column, value in zip(columns, record, strict=True):
-                column.append(value)
+            columns.append(record)
             self._owners.append(owner)
             self._indexes.append(-1)
             return 1

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME, Envelope
-from runtime.core._message import Message
+from runtime.core._message import NO_ATTRIBUTES, Message
 
 __all__ = [
     "COLUMNS", "END_KEY", "LeaseColumns", "LeaseRecord", "LeasedDelivery", "PayloadError",
@@ -148,6 +148,21 @@ class LeaseColumns(NamedTuple):
         """The columns of ``records``."""
         return cls(*(list(map(_FIELDS[i], records)) for i in range(len(COLUMNS))))
 
+    def slice(self, first: int, last: int) -> LeaseColumns:
+        """Rows ``[first, last)``, as new columns."""
+        return LeaseColumns(
+            self.message_id[first:last], self.key[first:last], self.payload[first:last],
+            self.attributes[first:last], self.published_at[first:last], self.attempt[first:last])
+
+    def append(self, record: LeaseRecord) -> None:
+        """Add one row at the end."""
+        self.message_id.append(record.message_id)
+        self.key.append(record.key)
+        self.payload.append(record.payload)
+        self.attributes.append(record.attributes)
+        self.published_at.append(record.published_at)
+        self.attempt.append(record.attempt)
+
     def records(self) -> list[LeaseRecord]:
         """The rows, as records."""
         return list(map(LeaseRecord, *self))
@@ -170,8 +185,11 @@ def envelope_columns(
     stamps = list(map(_STAMP, envelopes))
     datas = list(map(_DATA, envelopes))
     if None not in stamps and set(map(type, datas)) <= {bytes}:
-        return (list(map(_ID, envelopes)), list(map(_KEY, envelopes)), datas,
-                list(map(_ATTRS, envelopes)), stamps, [])
+        attributes = list(map(_ATTRS, envelopes))
+        if None in attributes:  # none: the shared empty attributes
+            attributes = [NO_ATTRIBUTES if a is None else a for a in attributes]
+        return (list(map(_ID, envelopes)), list(map(_KEY, envelopes)), datas, attributes,
+                stamps, [])
     rows: list[LeaseRecord] = []
     bad: list[tuple[int, str]] = []
     for position, envelope in enumerate(envelopes):
@@ -266,8 +284,9 @@ def _map_array(pa: Any, attributes: Sequence[dict[str, str]]) -> Any:
         return pa.MapArray.from_arrays(offsets, empty, empty, type=kind)
     bounds, names, values = [0], list[str](), list[str]()
     for mapping in attributes:
-        names += mapping.keys()
-        values += mapping.values()
+        if mapping:  # None is no attributes
+            names += mapping.keys()
+            values += mapping.values()
         bounds.append(len(names))
     return pa.MapArray.from_arrays(
         pa.array(bounds, pa.int32()), pa.array(names, pa.string()), pa.array(values, pa.string()),

@@ -3,6 +3,7 @@
 An envelope is a plain tuple (one is built per published message on the hot path, and a
 tuple costs a fifth of a slots object); read it with the index constants below.
 ``stamp_time`` is None for a plain ``publish(obj)``: the payload is the object itself.
+``attributes`` may be None for none (read them through `Delivery.attributes`).
 For a Publisher `Message` it is the publish time, the payload is the message's data and
 the key and attributes are its own; the `Message` subscribers see is built only when
 someone reads it (`message_of`), so an unread message costs no object of its own.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from runtime.core._message import new_message
+from runtime.core._message import NO_ATTRIBUTES, new_message
 
 __all__ = [
     "ATTRIBUTES", "KEY", "MESSAGE_ID", "PAYLOAD", "SEQ", "STAMP_TIME", "TOPIC", "Envelope",
@@ -20,7 +21,7 @@ __all__ = [
 ]
 
 # (seq, message_id, payload, key, attributes, topic, stamp_time)
-Envelope = tuple[int, str, Any, "str | None", "dict[str, str]", str, "float | None"]
+Envelope = tuple[int, str, Any, "str | None", "dict[str, str] | None", str, "float | None"]
 SEQ: Final = 0
 MESSAGE_ID: Final = 1
 PAYLOAD: Final = 2
@@ -35,5 +36,6 @@ def message_of(envelope: Envelope) -> Any:
     stamp_time = envelope[STAMP_TIME]
     if stamp_time is None:
         return envelope[PAYLOAD]
-    return new_message(envelope[PAYLOAD], envelope[ATTRIBUTES], envelope[KEY],
-                       envelope[MESSAGE_ID], stamp_time)
+    attributes = envelope[ATTRIBUTES]
+    return new_message(envelope[PAYLOAD], NO_ATTRIBUTES if attributes is None else attributes,
+                       envelope[KEY], envelope[MESSAGE_ID], stamp_time)

@@ -62,8 +62,8 @@ def dead_letter_of(delivery: Delivery[Any], topic: str) -> DeadLetter:
     reason, error, _ = delivery._failure
     exception, traceback = getattr(delivery, "_cause", None) or (None, None)
     attributes = envelope[ATTRIBUTES]
-    if attributes.__class__ is not dict:  # the shared read-only empty one: a letter may
-        attributes = dict(attributes)  # leave the process, and a peer reads plain dicts only
+    if attributes.__class__ is not dict:  # none, or the shared read-only empty one: a letter
+        attributes = dict(attributes or ())  # may leave the process, and peers read dicts
     return DeadLetter(
         message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=topic,
         subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,

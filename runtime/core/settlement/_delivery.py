@@ -8,6 +8,7 @@ from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, TOPIC, Envelope, message_of
+from runtime.core._message import NO_ATTRIBUTES
 from runtime.errors import SettlementError
 
 __all__ = [
@@ -142,7 +143,8 @@ class Delivery(Generic[T]):
     @property
     def attributes(self) -> dict[str, str]:
         """The message's string attributes."""
-        return self._envelope[ATTRIBUTES]
+        attributes = self._envelope[ATTRIBUTES]
+        return NO_ATTRIBUTES if attributes is None else attributes
 
     @property
     def subscriber_id(self) -> int:

@@ -72,7 +72,7 @@ class WorkBatch:
         return cls(
             subscriber_id, group, topic, ids, payloads,
             None if keys.count(None) == count else keys,
-            None if attributes.count({}) == count else attributes,
+            None if not any(attributes) else attributes,
             first_stamp if stamps.count(first_stamp) == count else stamps,
             None if attempts is None or attempts.count(1) == count else attempts,
             ack_timeout,
