@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import pytest
 
 from runtime import Bus
 from runtime.broker._lease_log import LeaseLog
 
 
-def _log(topic: object, lease_seconds: float) -> LeaseLog:
-    return LeaseLog(subscribe=lambda: topic.subscription(group="spark"),  # type: ignore[attr-defined]
-                    reject=lambda delivery, error: delivery.nack(error),
+def _log(topic: Any, lease_seconds: float, lease_member: bool = False) -> LeaseLog:
+    def subscribe() -> Any:
+        if lease_member:  # the broker's: whole hand-overs
+            return topic._lease_member("spark", 16)
+        return topic.subscription(group="spark")
+
+    return LeaseLog(subscribe=subscribe, reject=lambda delivery, error: delivery.nack(error),
                     lease_seconds=lease_seconds)
 
 
-def test_heartbeats_extend_the_held_deliveries_past_the_topics_ack_timeout() -> None:
+@pytest.mark.parametrize("lease_member", [False, True], ids=["pull-member", "lease-member"])
+def test_heartbeats_extend_the_held_deliveries_past_the_topics_ack_timeout(
+    lease_member: bool,
+) -> None:
     with Bus() as bus:
         topic = bus.create_topic("t", ack_timeout=0.4)
         topic.create_group("spark")
         reports = [topic.publish(n) for n in range(6)]
-        log = _log(topic, lease_seconds=5.0)
+        log = _log(topic, lease_seconds=5.0, lease_member=lease_member)
         end = log.latest(0, 6)
 
         for _ in range(6):  # 1.2 s in all: three ack timeouts, a heartbeat every 0.2 s
