@@ -80,6 +80,12 @@ class TopicSettings:
             raise InvalidSettingsError("backend", f"unknown backend {self.backend!r}")
         _positive_int("balanced_capacity", self.balanced_capacity)
         _positive_int("broadcast_capacity", self.broadcast_capacity)
+        if self.broadcast_capacity > MAX_BROADCAST_CAPACITY:
+            # The ring's slots are allocated up front: a typo of a few digits must be a
+            # typed error, not a process that allocates until the OOM killer ends it.
+            raise InvalidSettingsError(
+                "broadcast_capacity",
+                f"must be at most {MAX_BROADCAST_CAPACITY:,}, got {self.broadcast_capacity!r}")
         if self.max_pending is not None:
             _positive_int("max_pending", self.max_pending)
         self._validate_throttle()
@@ -121,6 +127,10 @@ class TopicSettings:
             value = getattr(self, setting)
             if value not in supported:
                 raise UnsupportedPolicyError(setting, value, self.backend)
+
+
+MAX_BROADCAST_CAPACITY = 1 << 24
+"""The most broadcast ring entries (16,777,216 slots: 128 MiB allocated with the topic)."""
 
 
 def _positive_int(setting: str, value: object) -> None:

@@ -38,6 +38,7 @@ def test_settings_are_frozen() -> None:
         ({"backend": "kafka", "balanced_capacity": 0}, "backend"),
         ({"balanced_capacity": 0, "throttle": 2.0}, "balanced_capacity"),
         ({"broadcast_capacity": -1, "throttle": 2.0}, "broadcast_capacity"),
+        ({"broadcast_capacity": 10**10}, "broadcast_capacity"),  # slots allocated up front
         ({"throttle": 0.5}, "throttle"),
         ({"max_pending": 10, "throttle": 1.0}, "throttle"),
         ({"max_pending": 10, "throttle": -0.1}, "throttle"),
