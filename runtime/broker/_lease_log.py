@@ -35,42 +35,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import accumulate, groupby, repeat
-from typing import Any, Protocol
+from itertools import accumulate
+from typing import Any
 
-from runtime.broker._lease_record import (
-    LeaseColumns,
-    LeasedDelivery,
-    LeaseRecord,
-    PayloadError,
-    envelope_columns,
-    record_of,
+from runtime.broker._lease_handover import (
+    EXPIRED_REASON,
+    LeaseSource,
+    Piece,
+    ack_each,
+    hold,
+    receive_pieces,
+    release_held,
+    settle_acked,
 )
+from runtime.broker._lease_record import LeaseColumns, LeasedDelivery, LeaseRecord
 from runtime.core.settlement._tranche import Tranche
 
-__all__ = ["LeaseLog", "LeaseSource", "ack_each"]
+__all__ = ["EXPIRED_REASON", "LeaseLog", "LeaseSource", "ack_each"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_FILL_LIMIT = 100_000
 DEFAULT_LINGER = 0.02
-EXPIRED_REASON = "lease expired"
 # Released offset ranges remembered for `missing` (older ones count as missing).
 _RELEASED_RANGES = 256
-# A part of a hand-over: the tranche and the indexes of its messages (a plain delivery,
-# from a member that is not a lease member, has no indexes).
-_Piece = tuple[Any, "Sequence[int] | None"]
-
-
-class LeaseSource(Protocol):
-    """The group membership a lease log pulls from: a lease member (``tranches``, read
-    with ``receive_tranches``) or any pull member (``receive_many``)."""
-
-    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[LeasedDelivery]: ...
-
-    def extend(self, deliveries: Sequence[LeasedDelivery]) -> int: ...
-
-    def unsubscribe(self) -> None: ...
 
 
 class LeaseLog:
@@ -118,7 +106,7 @@ class LeaseLog:
         self._columns = LeaseColumns([], [], [], [], [], [])
         self._owners: list[Any] = []
         self._indexes: list[int] = []
-        self._spares: list[_Piece] = []  # received past the batch asked for: no offsets
+        self._spares: list[Piece] = []  # received past the batch asked for: no offsets
         # [start, end) ranges whose records went back to the group, oldest first.
         self._released: list[tuple[int, int]] = []
         self._deadline = clock() + lease_seconds
@@ -241,7 +229,7 @@ class LeaseLog:
                 self._drop_head(count)
                 position = self._base
             if owners:
-                late = self._settle_acked(owners, indexes)
+                late = settle_acked(owners, indexes, self._ack_many)
         if late:
             logger.warning("lease ack: %d of %d messages had settled before the ack "
                            "(ack deadline or close); the topic redelivered or dead-lettered "
@@ -264,7 +252,7 @@ class LeaseLog:
                 held[first:last] = [None] * (last - first)
                 head = next((i for i, o in enumerate(held) if o is not None), len(held))
                 self._drop_head(head)
-            return self._settle_acked(owners, indexes)
+            return settle_acked(owners, indexes, self._ack_many)
 
     def expire(self) -> int:
         """Release everything when the lease ran out; return how many records went back."""
@@ -289,28 +277,6 @@ class LeaseLog:
             del column[:count]
         self._base += count
 
-    def _settle_acked(self, owners: list[Any], indexes: list[int]) -> int:
-        """Ack the held messages of ``owners`` (parallel to ``indexes``); returns how many
-        had settled meanwhile. A tranche the range holds whole and that nothing else
-        unpacked is claimed at once and sent to its sink as one message."""
-        singles: list[Any] = []
-        at = 0
-        for _, run in groupby(owners, key=id):
-            count = len(list(run))
-            owner = owners[at]
-            if owner is None:
-                pass
-            elif type(owner) is not Tranche:
-                singles.append(owner)
-            elif count == len(owner.envelopes) and owner.claim_whole():
-                if owner.sink is not None:
-                    owner.sink.tell(owner)  # the tracker settles it whole
-            else:
-                built = owner.unpack()
-                singles.extend(map(built.__getitem__, indexes[at:at + count]))
-            at += count
-        return self._ack_many(singles) if singles else 0
-
     def _jump_to(self, start: int) -> None:
         # The consumer's checkpoint is ahead of this log (e.g. the broker restarted): a
         # cumulative ack up to ``start`` would ack records it never read, so return them.
@@ -324,65 +290,17 @@ class LeaseLog:
             pieces, self._spares = self._spares, []
             if not pieces:
                 try:  # the group refills a member's prefetch asynchronously: linger briefly
-                    pieces = self._receive(self._source, missing)
+                    pieces = receive_pieces(self._source, missing, self._linger)
                 except TimeoutError:
                     return
             for number, (owner, indexes) in enumerate(pieces):
                 if indexes is not None and len(indexes) > missing:
                     self._spares = [(owner, indexes[missing:]), *pieces[number + 1:]]
-                    self._hold(owner, indexes[:missing])
+                    hold(self._columns, self._owners, self._indexes, owner,
+                         indexes[:missing], self._reject)
                     break
-                missing -= self._hold(owner, indexes)
-
-    def _receive(self, source: LeaseSource, missing: int) -> list[_Piece]:
-        if not getattr(source, "tranches", False):
-            return [(d, None) for d in source.receive_many(missing, timeout=self._linger)]
-        pieces: list[_Piece] = []
-        tranches: list[Tranche] = source.receive_tranches(  # type: ignore[attr-defined]
-            missing, timeout=self._linger)
-        for tranche in tranches:
-            if tranche.whole():
-                pieces.append((tranche, range(len(tranche.envelopes))))
-            else:  # a deadline or a sweep settled some while it waited
-                pieces.append((tranche, [i for i, d in enumerate(tranche.unpack()) if d.pending]))
-        return pieces
-
-    def _hold(self, owner: Any, indexes: Sequence[int] | None) -> int:
-        """Give ``owner``'s messages offsets; returns how many it held (those that
-        cannot be encoded are rejected instead)."""
-        columns = self._columns
-        if indexes is None:  # one delivery
-            try:
-                record = record_of(owner)
-            except PayloadError as exc:
-                self._reject(owner, str(exc))
-                return 0
-            columns.append(record)
-            self._owners.append(owner)
-            self._indexes.append(-1)
-            return 1
-        envelopes = owner.envelopes
-        if not (type(indexes) is range and len(indexes) == len(envelopes)):
-            envelopes = list(map(envelopes.__getitem__, indexes))
-        ids, keys, payloads, attributes, times, bad = envelope_columns(envelopes, time.time())
-        attempts = owner.attempts
-        held = list(indexes)
-        if bad:
-            built = owner.unpack()
-            for position, error in bad:
-                self._reject(built[held[position]], error)
-            refused = {position for position, _ in bad}
-            held = [index for position, index in enumerate(held) if position not in refused]
-        columns.message_id.extend(ids)
-        columns.key.extend(keys)
-        columns.payload.extend(payloads)
-        columns.attributes.extend(attributes)
-        columns.published_at.extend(times)
-        columns.attempt.extend(
-            repeat(1, len(held)) if attempts is None else map(attempts.__getitem__, held))
-        self._owners.extend(repeat(owner, len(held)))
-        self._indexes.extend(held)
-        return len(held)
+                missing -= hold(self._columns, self._owners, self._indexes, owner,
+                                indexes, self._reject)
 
     def _release(self) -> int:
         source, self._source = self._source, None
@@ -395,36 +313,8 @@ class LeaseLog:
             self._released.append((self._base, self._base + count))
             del self._released[:-_RELEASED_RANGES]
         self._base += count
-        held = [
-            owner if index < 0 else owner.unpack()[index]
-            for owner, index in zip(owners, indexes, strict=True) if owner is not None
-        ]
-        # Nack what the consumer held (redelivered with attempt + 1), then give the spares
-        # back at their attempt: leaving the group claims what its buffer holds again.
-        for delivery in held:
-            _settle(lambda d=delivery: d.nack(EXPIRED_REASON))  # type: ignore[misc]
-        if source is not None:
-            give_back = getattr(source, "give_back", None)
-            if give_back is not None and spares:
-                give_back([owner for owner, _ in spares])
-            _settle(source.unsubscribe)
-        return len(held)
-
-
-def ack_each(deliveries: Sequence[LeasedDelivery]) -> int:
-    """Ack one delivery at a time, skipping ones settled meanwhile; returns those skipped."""
-    return sum(not _settle(delivery.ack) for delivery in deliveries)
+        return release_held(source, owners, indexes, spares)
 
 
 def _overlap(start: int, end: int, a: int, b: int) -> int:
     return max(min(end, b) - max(start, a), 0)
-
-
-def _settle(action: Callable[[], None]) -> bool:
-    # A delivery may have settled on its own meanwhile (ack deadline, topic closed).
-    try:
-        action()
-    except Exception as exc:  # settled meanwhile, or its topic is gone: nothing to undo
-        logger.debug("lease settlement skipped: %s", exc)
-        return False
-    return True
