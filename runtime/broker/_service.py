@@ -17,7 +17,7 @@ from typing import Any
 from runtime.broker._lease_log import LeaseLog
 from runtime.broker._lease_record import LeasedDelivery, lease_ipc
 from runtime.broker._settle import ack_in_bulk
-from runtime.broker._staged_rows import StagedRows
+from runtime.broker._staged_rows import StagedRows, Stamped
 from runtime.broker._staging import StagingArea
 from runtime.core._message import Message, parts_of
 from runtime.core.settlement._delivery import fail_delivery
@@ -72,7 +72,7 @@ class BrokerService:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._leases: dict[LeaseKey, LeaseLog] = {}
-        self._staging: StagingArea[StagedRows] = StagingArea(clock=clock)
+        self._staging: StagingArea[Stamped] = StagingArea(clock=clock)
 
     def topic(self, name: str) -> Any:
         """The served topic ``name`` (raises `TopicNotFoundError`)."""
@@ -204,10 +204,12 @@ class BrokerService:
     ) -> bool:
         """Stage one part of rows (a columns dict, or Arrow IPC bytes); False when that
         batch is already committed."""
-        self._bus.topic(name)  # unknown topic: fail the write task, not the commit
+        topic = self._bus.topic(name)  # unknown topic: fail the write task, not the commit
         rows = (StagedRows.from_ipc(columns) if isinstance(columns, bytes)
                 else StagedRows.from_columns(columns))
-        return self._staging.stage((name, producer), batch, part, rows)
+        # Accepted now, while Spark's tasks still run: the commit only fans them out.
+        stamped = Stamped(topic._stamp_parts(rows.datas, rows.attributes, rows.keys), rows.rejected)
+        return self._staging.stage((name, producer), batch, part, stamped)
 
     def commit(self, name: str, producer: str, batch: str, parts: list[Any]) -> bool:
         """Publish the listed parts of (producer, batch) once; False when already done."""
@@ -269,20 +271,27 @@ class BrokerService:
         log.renew(float(lease_seconds))
         return log
 
-    def _publish_rows(self, topic: Any, staged: list[StagedRows]) -> None:
-        for message, error in (pair for rows in staged for pair in rows.rejected):
+    def _publish_rows(self, topic: Any, staged: list[Stamped]) -> None:
+        for message, error in (pair for part in staged for pair in part.rejected):
             dead_letter(topic, message, error)
-        self._publish_parts(topic, *StagedRows.joined(staged))
+        envelopes = [envelope for part in staged for envelope in part.envelopes]
+        self._wait_published(topic, len(envelopes), [
+            topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
+            for i in range(0, len(envelopes), _PUBLISH_CHUNK)])
 
     def _publish_parts(
         self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
         keys: list[str | None],
     ) -> list[str]:
-        futures: list[Future[list[str]]] = [
+        return self._wait_published(topic, len(datas), [
             topic._publish_parts(datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
                                  keys[i:i + _PUBLISH_CHUNK])
-            for i in range(0, len(datas), _PUBLISH_CHUNK)
-        ]
+            for i in range(0, len(datas), _PUBLISH_CHUNK)])
+
+    def _wait_published(
+        self, topic: Any, count: int, futures: list[Future[list[str]]],
+    ) -> list[str]:
+        """The ids of ``count`` messages published as ``futures``, within the timeout."""
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
         for future in futures:
@@ -293,7 +302,7 @@ class BrokerService:
                 # just that it timed out: a Spark commit shows this text to the user.
                 held = topic.held_by() or "the topic did not accept the batch in time"
                 raise TimeoutError(
-                    f"publishing {len(datas)} messages to topic {topic.name!r} timed out "
+                    f"publishing {count} messages to topic {topic.name!r} timed out "
                     f"after {self._publish_timeout}s: {held}") from None
         return ids
 

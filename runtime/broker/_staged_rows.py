@@ -11,23 +11,31 @@ becomes the runtime's ``str`` key by UTF-8 with ``surrogateescape``, which is lo
 (``key.encode("utf-8", "surrogateescape")`` gives the bytes back) and keeps a UTF-8 key
 equal to its text.
 
-The rows are validated and converted when they are staged, not when they are committed:
-staging runs while Spark's tasks still run, the commit is on the query's critical path
-and then only hands the prepared lists to the topic. They stay parallel lists (data,
-attributes, key), the form a topic publishes a batch from: no `Message` per row.
+The rows are validated, converted and accepted by their topic (`Stamped`: ids and
+publish time) when they are staged, not when they are committed: staging runs while
+Spark's tasks still run, the commit is on the query's critical path and then only fans
+the prepared envelopes out. No `Message` is built per row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from runtime.core._message import Message, new_message
 
-__all__ = ["StagedRows"]
+__all__ = ["StagedRows", "Stamped"]
 
 _COLUMNS = ("payload", "key", "attributes", "error")
+
+
+class Stamped(NamedTuple):
+    """A staged part as its topic accepted it (``Topic._stamp_parts``: ids and publish
+    time given when staged), and the rows to dead-letter, each with its error text."""
+
+    envelopes: list[Any]
+    rejected: list[tuple[Message, str]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,15 +106,6 @@ class StagedRows:
             columns["attributes"] = [None if pairs is None else dict(pairs)
                                      for pairs in columns["attributes"]]
         return cls.from_columns(columns)
-
-    @staticmethod
-    def joined(
-        staged: Sequence[StagedRows],
-    ) -> tuple[list[bytes], list[dict[str, str]], list[str | None]]:
-        """The rows to publish of several parts, in order, as one set of parallel lists."""
-        return ([d for rows in staged for d in rows.datas],
-                [a for rows in staged for a in rows.attributes],
-                [k for rows in staged for k in rows.keys])
 
     def __len__(self) -> int:
         return len(self.datas) + len(self.rejected)

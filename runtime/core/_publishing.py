@@ -184,19 +184,38 @@ class PublishPath:
             TopicClosedError, MessageTypeError: nothing of the batch was accepted.
             TypeError: a key is not a str or None (nothing of the batch is published).
         """
+        return self.publish_envelopes(self.stamp_parts(datas, attributes, keys))
+
+    def stamp_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> list[Envelope]:
+        """Check a batch (keys, type) and accept it as envelopes; `publish_envelopes`
+        publishes them, now or later (staged rows are stamped when staged).
+
+        Raises:
+            TopicClosedError, MessageTypeError, TypeError: as `publish_parts`.
+        """
         check_keys(keys)
         self.check_datas(datas)
+        return self.envelopes(datas, attributes, keys)
+
+    def publish_envelopes(self, envelopes: list[Envelope]) -> list[str]:
+        """Steps 3-5 for envelopes of `stamp_parts`: returns their ids in order.
+
+        Raises:
+            PartlyPublished, TopicClosedError: as `publish_parts`.
+        """
+        if self._ledger.closed:
+            raise TopicClosedError(self._topic)
         ids: list[str] = []
         try:
             settings = self._settings
             if settings.max_pending is None or not settings.throttle:
-                self._publish_chunks(self.envelopes(datas, attributes, keys), ids)
+                self._publish_chunks(envelopes, ids)
                 return ids
-            for index in range(len(datas)):
-                envelopes = self.envelopes(datas[index:index + 1], attributes[index:index + 1],
-                                           keys[index:index + 1])
-                self._send_counted(envelopes, admit=True)
-                ids.append(envelopes[0][MESSAGE_ID])
+            for envelope in envelopes:
+                self._send_counted([envelope], admit=True)
+                ids.append(envelope[MESSAGE_ID])
         except (WouldBlock, TopicClosedError) as exc:
             if ids:
                 raise PartlyPublished(ids, exc) from exc

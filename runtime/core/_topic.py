@@ -19,7 +19,7 @@ from runtime.core._replay import Replay
 from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core._timer import Timer
-from runtime.core._topic_actor import PublishBatch, TopicActor
+from runtime.core._topic_actor import PublishBatch, PublishEnvelopes, TopicActor
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -146,11 +146,30 @@ class Topic(Generic[T]):
         type error).
         """
         future: Future[list[str]] = Future()
+        return self._tell_publish(PublishBatch(datas, attributes, keys, future), future)
+
+    def _stamp_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> list[Any]:
+        """Accept a batch ahead of its publish (ids and publish time given now): a staged
+        sink part, published when its batch commits (`_publish_envelopes`).
+
+        Raises:
+            TopicClosedError, MessageTypeError, TypeError: as `_publish_parts`'s future.
+        """
+        return self._path.stamp_parts(datas, attributes, keys)
+
+    def _publish_envelopes(self, envelopes: list[Any]) -> Future[list[str]]:
+        """`_publish_parts` for the envelopes of `_stamp_parts`."""
+        future: Future[list[str]] = Future()
+        return self._tell_publish(PublishEnvelopes(envelopes, future), future)
+
+    def _tell_publish(self, message: Any, future: Future[list[str]]) -> Future[list[str]]:
         with self._state_lock:
             if self._ledger.closed or self._torn_down:
                 future.set_exception(TopicClosedError(self._name))
             else:
-                self._actor.tell(PublishBatch(datas, attributes, keys, future))
+                self._actor.tell(message)
         return future
 
     def publisher(self, **options: Any) -> Publisher:

@@ -9,7 +9,7 @@ from typing import Any
 from actors import Actor
 from runtime.core._publishing import PartlyPublished, PublishPath
 
-__all__ = ["PublishBatch", "TopicActor"]
+__all__ = ["PublishBatch", "PublishEnvelopes", "TopicActor"]
 
 # Batches that wait for the ones behind them in the mailbox, at most.
 _MAX_MERGED = 16
@@ -23,6 +23,15 @@ class PublishBatch:
     datas: list[bytes]
     attributes: list[dict[str, str]]
     keys: list[str | None]
+    future: Future[list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishEnvelopes:
+    """A batch accepted ahead of its publish (`PublishPath.stamp_parts`: staged sink
+    rows); ``future`` resolves as a `PublishBatch`'s."""
+
+    envelopes: list[Any]
     future: Future[list[str]]
 
 
@@ -50,7 +59,13 @@ class TopicActor(Actor):
         self._count = 0  # messages in the waiting batches
 
     def on_receive(self, message: Any) -> Any:
-        """Take one `PublishBatch`; its failure goes to its future, never to the actor."""
+        """Take one `PublishBatch` or `PublishEnvelopes`; its failure goes to its future,
+        never to the actor."""
+        if isinstance(message, PublishEnvelopes):
+            self._publish_waiting()  # in mailbox order
+            if message.future.set_running_or_notify_cancel():
+                _resolve(message.future, self._path.publish_envelopes, message.envelopes)
+            return None
         if isinstance(message, PublishBatch):
             if not message.future.set_running_or_notify_cancel():
                 return None
@@ -78,12 +93,16 @@ class TopicActor(Actor):
 
 
 def _publish_one(path: PublishPath, batch: PublishBatch) -> None:
+    _resolve(batch.future, path.publish_parts, batch.datas, batch.attributes, batch.keys)
+
+
+def _resolve(future: Future[list[str]], publish: Any, *args: Any) -> None:
     try:
-        ids = path.publish_parts(batch.datas, batch.attributes, batch.keys)
+        ids = publish(*args)
     except BaseException as exc:
-        batch.future.set_exception(exc)
+        future.set_exception(exc)
     else:
-        batch.future.set_result(ids)
+        future.set_result(ids)
 
 
 def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -180,6 +181,29 @@ def test_staged_rows_publish_once_per_batch(bus: Bus, server: BusServer) -> None
     assert [(dl.reason, dl.error, dl.message.data) for dl in letters] == [("error", "poison", b"bad")]
     with pytest.raises(WouldBlock):
         local.receive_nowait()
+
+
+def test_staged_rows_are_accepted_when_staged(bus: Bus, server: BusServer) -> None:
+    """A part is checked and stamped (ids, publish time) when staged; the commit fans
+    the parts out in the order it lists them."""
+    bus.create_topic("numbers", message_type=int)
+    local = bus.topic("orders").subscription(group="billing", prefetch=8)
+    with Channel(server.address, KEY) as channel:
+        with pytest.raises(MessageTypeError):
+            channel.call("stage", "numbers", "producer", "1", (0, 0, 0), {"payload": [b"x"]})
+        before = time.time()
+        channel.call("stage", "orders", "producer", "1", (0, 0, 0), {"payload": [b"a", b"b"]})
+        channel.call("stage", "orders", "producer", "1", (1, 0, 0), {"payload": [b"c"]})
+        staged = time.time()
+        assert channel.call("commit", "numbers", "producer", "1", [(0, 0, 0)]) is True
+        assert channel.call("commit", "orders", "producer", "1", [(1, 0, 0), (0, 0, 0)]) is True
+
+    received = [local.receive(timeout=5) for _ in range(3)]
+    assert [d.message.data for d in received] == [b"c", b"a", b"b"]
+    assert all(before <= d.message.publish_time <= staged for d in received)
+    assert len({d.message.message_id for d in received}) == 3
+    assert bus.topic("numbers").stats().published == 0
+    assert bus.topic("orders").stats().published == 3
 
 
 def test_publish_batch_takes_messages_only(server: BusServer) -> None:
