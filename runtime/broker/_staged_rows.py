@@ -47,14 +47,14 @@ class StagedRows:
     """
 
     datas: list[bytes]
-    attributes: list[dict[str, str]]
+    attributes: list[dict[str, str] | None]  # None: none (no dict per row)
     keys: list[str | None]
     rejected: list[tuple[Message, str]]
 
     @property
     def messages(self) -> list[Message]:
         """The rows to publish as `Message` objects (built on each call)."""
-        return [new_message(data, attributes, key)
+        return [new_message(data, attributes or {}, key)
                 for data, attributes, key in zip(self.datas, self.attributes, self.keys, strict=True)]
 
     @classmethod
@@ -71,9 +71,10 @@ class StagedRows:
         datas = _payloads(columns["payload"])
         rows = len(datas)
         keys, attributes, errors = (_column(columns, name, rows) for name in _COLUMNS[1:])
-        # An empty key is no key; every row gets a dict of its own.
+        # An empty key is no key; a row with attributes gets a dict of its own.
         key_list: list[str | None] = [key or None for key in keys] if keys else [None] * rows
-        maps = [_text_map(pairs) for pairs in attributes] if attributes else [{} for _ in datas]
+        maps: list[dict[str, str] | None] = (
+            [_text_map(pairs) for pairs in attributes] if attributes else [None] * rows)
         if not errors:
             return cls(datas=datas, attributes=maps, keys=key_list, rejected=[])
         failed = [i for i, error in enumerate(errors) if error is not None]
@@ -81,7 +82,8 @@ class StagedRows:
         return cls(
             datas=[datas[i] for i in ok], attributes=[maps[i] for i in ok],
             keys=[key_list[i] for i in ok],
-            rejected=[(new_message(datas[i], maps[i], key_list[i]), str(errors[i])) for i in failed],
+            rejected=[(new_message(datas[i], maps[i] or {}, key_list[i]), str(errors[i]))
+                      for i in failed],
         )
 
     @classmethod

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from itertools import repeat
 from typing import Any
 
 from runtime.core._envelope import MESSAGE_ID, Envelope
@@ -125,7 +126,8 @@ class PublishPath:
         return (seq, str(seq), payload, key or None, attributes, self._topic, None)
 
     def envelopes(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+        self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
+        keys: list[str | None],
     ) -> list[Envelope]:
         """Accept Publisher messages: a new id each, and the publish time (stamped lazily).
 
@@ -134,11 +136,15 @@ class PublishPath:
         envelopes that each held a dict made every full collection walk them all (about
         80% of the time a batch took to accept, with a million held).
         """
-        now, seqs, topic = time.time(), self._seqs, self._topic
-        return [
-            (seq, str(seq), data, key, attrs or None, topic, now)
-            for data, attrs, key, seq in zip(datas, attributes, keys, seqs, strict=False)
-        ]
+        now, topic = time.time(), self._topic
+        if any(attributes):
+            return [
+                (seq, str(seq), data, key, attrs or None, topic, now)
+                for data, attrs, key, seq in zip(datas, attributes, keys, self._seqs, strict=False)
+            ]
+        seqs = list(itertools.islice(self._seqs, len(datas)))  # none: built in C, no loop
+        return list(zip(seqs, map(str, seqs), datas, keys, repeat(None), repeat(topic),
+                        repeat(now)))
 
     def publish_one(
         self, message: Any, key: str | None, attributes: dict[str, str] | None,

@@ -20,6 +20,16 @@ def test_columns_become_messages_in_row_order() -> None:
     assert rows.rejected == [] and len(rows) == 3
 
 
+def test_rows_without_attributes_hold_no_dict_and_read_as_their_own_empty_one() -> None:
+    rows = StagedRows.from_columns({"payload": [b"a", b"b"], "error": [None, "bad"]})
+
+    assert rows.attributes == [None]
+    messages = rows.messages
+    assert [m.attributes for m in messages] == [{}]
+    assert rows.rejected[0][0].attributes == {}
+    assert messages[0].attributes is not rows.rejected[0][0].attributes
+
+
 def test_rows_with_an_error_are_rejected_with_their_text() -> None:
     rows = StagedRows.from_columns({
         "payload": [b"a", b"bad", b"c", b"worse"],
