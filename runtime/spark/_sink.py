@@ -18,7 +18,8 @@ parts once per (topic, producer, batch id).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +28,11 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from runtime.broker._client import Channel
 from runtime.spark._arrow import sink_ipc
 from runtime.spark._options import SinkOptions
 
-__all__ = ["ActorbusBatchWriter", "ActorbusStreamWriter", "StagedParts"]
+__all__ = ["ActorbusBatchWriter", "ActorbusStreamWriter", "StagedParts", "stage_chunks"]
 
 _STAGE_ROWS = 50_000
 
@@ -50,21 +52,50 @@ def _stage(
     """Stage every row of this task in chunks; returns the part names."""
     context = TaskContext.get()
     assert context is not None, "write() runs in a Spark task"
+    with options.connect() as channel:
+        return stage_chunks(channel, options, producer, batch,
+                            (context.partitionId(), context.attemptNumber()), _chunks(batches))
+
+
+def stage_chunks(
+    channel: Channel, options: SinkOptions, producer: str, batch: str,
+    task: tuple[int, int], chunks: Iterable[pa.RecordBatch],
+) -> StagedParts:
+    """Stage ``chunks`` as parts (``task``'s partition and attempt, the chunk's number)
+    of (``producer``, ``batch``), per destination topic; returns the part names.
+
+    One chunk is staged on the broker (a thread of this task waits for the call) while
+    the task converts the next: the broker's work and the task's overlap.
+    """
     staged = StagedParts(producer=producer)
     committed: set[str] = set()  # topics that published this batch before: nothing again
-    with options.connect() as channel:
-        for chunk, table in enumerate(_chunks(batches)):
-            part = (context.partitionId(), context.attemptNumber(), chunk)
+    with ThreadPoolExecutor(1, "actorbus-stage") as stager:
+        waiting: tuple[Future[Any], str, tuple[int, int, int], int] | None = None
+        for chunk, table in enumerate(chunks):
+            part = (*task, chunk)
             for topic, rows in _by_topic(table, options.topic):
                 if topic in committed:
                     continue
                 data = sink_ipc(rows, options.error_column)
-                if not channel.call("stage", topic, producer, batch, part, data):
-                    committed.add(topic)
-                    continue
-                staged.parts.append((topic, part))
-                staged.rows += rows.num_rows
+                if waiting is not None:
+                    _staged(staged, committed, *waiting)
+                waiting = (stager.submit(channel.call, "stage", topic, producer, batch, part, data),
+                           topic, part, rows.num_rows)
+        if waiting is not None:
+            _staged(staged, committed, *waiting)
     return staged
+
+
+def _staged(
+    staged: StagedParts, committed: set[str], call: Future[Any], topic: str,
+    part: tuple[int, int, int], rows: int,
+) -> None:
+    """Record a stage call's outcome: a part staged, or the topic's batch committed."""
+    if not call.result():
+        committed.add(topic)  # a later part of it is refused by the broker as well
+        return
+    staged.parts.append((topic, part))
+    staged.rows += rows
 
 
 def _by_topic(table: pa.RecordBatch, default: str) -> Iterator[tuple[str, pa.RecordBatch]]:
