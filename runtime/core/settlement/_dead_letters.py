@@ -160,6 +160,21 @@ class DeadLetterQueue:
                 raise
         return len(items)
 
+    def keeps(self) -> int | None:
+        """How many of a run of new letters can survive (the limit), when only those need
+        building: None when every letter must be built (no limit, or a callback)."""
+        return None if self._callback is not None else self._items.maxlen
+
+    def append_tail(self, dead_letters: list[DeadLetter], skipped: int) -> None:
+        """Store the last letters of a run whose first ``skipped`` were never built: the
+        limit would push them out (counted in `evicted`). Only when `keeps` is not None."""
+        with self._lock:
+            limit = self._items.maxlen
+            self._evicted += skipped
+            if limit is not None:
+                self._evicted += max(len(self._items) + len(dead_letters) - limit, 0)
+            self._items.extend(dead_letters)
+
     def append(self, dead_letter: DeadLetter) -> Callable[[DeadLetter], Any] | None:
         """Store one; return the callback to run for it (outside the caller's locks)."""
         with self._lock:

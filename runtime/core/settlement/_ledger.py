@@ -30,6 +30,7 @@ __all__ = ["Ledger"]
 
 # Failures a balanced delivery may be retried after, while attempts remain.
 _RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
+_COUNTED = frozenset({"dropped", "lagged"})  # reasons with counters of their own
 
 Effect = Callable[[], Any]
 
@@ -160,6 +161,33 @@ class Ledger(Admission):
             self._apply(deliveries, effects)
             self._changed.notify_all()
         _run(effects)
+
+    def settle_unreached(
+        self, items: Sequence[tuple[Envelope, int]], reason: str,
+        make: Callable[[Envelope, int], Delivery[Any]],
+    ) -> None:
+        """Apply queued messages (envelope, attempt) that never reached a member, failed
+        with ``reason``: as `settle` of their deliveries (``make`` builds one).
+
+        When none can be retried or watched (no outcome, no callback, a bounded
+        dead-letter queue), only the letters the queue keeps (the newest) are built:
+        closing a topic with a million queued messages builds 10,000, not a million.
+        """
+        keep, tracks = self._dead_letters.keeps(), self._tracks
+        if (
+            keep is None or (reason in _RETRYABLE and not self.closed) or reason in _COUNTED
+            or (tracks and any(envelope[SEQ] in tracks for envelope, _ in items))
+        ):  # each message as one delivery: retries, counters, outcomes, callbacks, order
+            self.settle([make(envelope, attempt) for envelope, attempt in items])
+            return
+        with self._changed:
+            skipped = max(len(items) - keep, 0)
+            self._dead_letters.append_tail(
+                [dead_letter_of(make(e, a), self._topic) for e, a in items[skipped:]], skipped)
+            self._counters.nacked += len(items)
+            self._counters.dead_lettered += len(items)
+            self.pending -= len(items)
+            self._changed.notify_all()
 
     def settle_whole(self, tranche: Tranche) -> None:
         """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""

@@ -189,10 +189,10 @@ class GroupActor(Actor):
         if not items:
             return
         self._gate.release(len(items))
-        self._ledger.settle([
-            Delivery.settled(e, -1, self._name, attempt - 1, reason, error)
-            for e, attempt in items
-        ])
+        name = self._name
+        self._ledger.settle_unreached(
+            items, reason,
+            lambda e, attempt: Delivery.settled(e, -1, name, attempt - 1, reason, error))
 
     def _room(self, member: Endpoint) -> int:
         """How many deliveries ``member`` may take in one hand-over now."""

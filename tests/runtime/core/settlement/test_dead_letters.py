@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from runtime import Bus, DeadLetter, DeadLetterQueue, Message
+from runtime import Bus, DeadLetter, DeadLetterQueue, Message, Topic
 from runtime.errors import TopicClosedError, TopicNotFoundError
 
 
@@ -171,3 +172,36 @@ def test_dead_letter_limit_setting_bounds_the_topic_queue(bus: Bus) -> None:
 
     assert [d.message for d in topic.dead_letters] == [2, 3]
     assert topic.stats().dead_lettered == 4
+
+
+def _backlog(bus: Bus, name: str, count: int, limit: int) -> Topic[Any]:
+    topic = bus.create_topic(name, dead_letter_limit=limit, ack_timeout=None)
+    topic.create_group("g")
+    topic._publish_parts([b"m%d" % i for i in range(count)], [{}] * count, [None] * count
+                         ).result(timeout=10)
+    return topic
+
+
+def test_closing_a_backlog_past_the_limit_keeps_the_newest_letters_and_counts_all(bus: Bus) -> None:
+    topic = _backlog(bus, "big", 50, limit=5)
+    topic.dead_letters.append(_letter(-1))  # an older letter, pushed out as well
+
+    topic.close()
+
+    letters = list(topic.dead_letters)
+    assert [d.message.data for d in letters] == [b"m45", b"m46", b"m47", b"m48", b"m49"]
+    assert {(d.reason, d.group, d.attempts) for d in letters} == {("closed", "g", 0)}
+    assert topic.dead_letters.evicted == 46
+    stats = topic.stats()
+    assert (stats.nacked, stats.dead_lettered, stats.pending) == (50, 50, 0)
+
+
+def test_closing_a_backlog_with_a_callback_hands_it_every_letter(bus: Bus) -> None:
+    topic = _backlog(bus, "watched", 30, limit=5)
+    seen: list[bytes] = []
+    topic.dead_letters.on_dead_letter(lambda d: seen.append(d.message.data))
+
+    topic.close()
+
+    assert seen == [b"m%d" % i for i in range(30)]
+    assert len(topic.dead_letters) == 5 and topic.dead_letters.evicted == 25
