@@ -6,8 +6,8 @@
   and the restricted unpickler, the opcode audit that bounds what decoding a frame costs,
   the HMAC handshake, the request catalogue, the client channel and a server session.
 - ``_service``, ``_settle``: the calls a session serves and how remote acks settle.
-- ``_lease_log``, ``_lease_handover``, ``_lease_record``: Spark's replayable lease log per
-  consumer, how it holds and settles hand-overs, and its rows.
+- ``lease``: Spark's replayable lease log per consumer, how it holds and settles
+  hand-overs, and its rows.
 - ``_staging``, ``_staged_rows``: staged, exactly-once publishing for the Spark sink.
 
 Imports run one way: ``broker`` -> ``publisher`` -> ``core``.

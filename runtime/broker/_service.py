@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.broker._lease_log import LeaseLog
-from runtime.broker._lease_record import LeasedDelivery, lease_ipc
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
 from runtime.broker._staging import StagingArea
+from runtime.broker.lease._log import LeaseLog
+from runtime.broker.lease._record import LeasedDelivery, lease_ipc
 from runtime.core._message import Message, parts_of
 from runtime.core.settlement._delivery import fail_delivery
 from runtime.errors import TopicClosedError, TopicNotFoundError, WouldBlock

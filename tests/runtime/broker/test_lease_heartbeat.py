@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus
-from runtime.broker._lease_log import LeaseLog
+from runtime.broker.lease._log import LeaseLog
 
 
 def _log(topic: Any, lease_seconds: float, lease_member: bool = False) -> LeaseLog:

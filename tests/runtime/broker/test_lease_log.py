@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runtime.broker._lease_log import EXPIRED_REASON, LeaseLog
-from runtime.broker._lease_record import PayloadError, encode_payload
+from runtime.broker.lease._log import EXPIRED_REASON, LeaseLog
+from runtime.broker.lease._record import PayloadError, encode_payload
 from runtime.core._message import Message
 from runtime.errors import SettlementError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime import Bus, Message
-from runtime.broker._lease_log import LeaseLog
+from runtime.broker.lease._log import LeaseLog
 from runtime.core.settlement._delivery import fail_delivery
 
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
-from runtime.broker._lease_handover import (
+from runtime.broker.lease._handover import (
     EXPIRED_REASON,
     LeaseSource,
     Piece,
@@ -48,7 +48,7 @@ from runtime.broker._lease_handover import (
     release_held,
     settle_acked,
 )
-from runtime.broker._lease_record import LeaseColumns, LeasedDelivery, LeaseRecord
+from runtime.broker.lease._record import LeaseColumns, LeasedDelivery, LeaseRecord
 from runtime.core.settlement._tranche import Tranche
 
 __all__ = ["EXPIRED_REASON", "LeaseLog", "LeaseSource", "ack_each"]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from itertools import groupby, repeat
 from typing import Any, Protocol
 
-from runtime.broker._lease_record import (
+from runtime.broker.lease._record import (
     LeaseColumns,
     LeasedDelivery,
     PayloadError,
