@@ -7,7 +7,9 @@ from the call that starts Spark's work to its end, query start-up included; and 
 three between in-memory Python data sources (``benchmarks._ceilings``), the ceiling
 of a Python data source on the machine. It runs once per suite run in a fresh
 interpreter with a timeout (Spark's JVM and its Python workers then end with it); every
-row and its ceiling read from that one run. A million rows at full size: a streaming
+row and its ceiling read from that one run: medians of three repetitions, each of ours
+followed by the ceilings (a 2-vCPU host varies by 30% from one query to the next). A
+million rows at full size: a streaming
 query's start-up is a fixed cost that a short run would mostly measure. Each row's ratio
 is actorbus rows/s over its ceiling's: targets 0.5 (source), 0.25 (sink) and 0.5
 (``spark_source/pipeline``).

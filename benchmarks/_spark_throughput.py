@@ -9,8 +9,8 @@ to its end (query start-up included), after a small warm-up query:
 
 and the same three between in-memory Python data sources (``benchmarks._ceilings``:
 an in-memory streaming source with the same schema and batch sizes, a discarding Arrow
-writer), in the same session, each right after its actorbus run. Every row's payload
-differs (`payload_of`). The benchmarks call it.
+writer), in the same session, right after the actorbus runs; three such repetitions,
+medians reported. Every row's payload differs (`payload_of`). The benchmarks call it.
 """
 
 from __future__ import annotations
@@ -103,9 +103,10 @@ def _throughput(
 
 def _source_only(
     spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path,
+    name: str = "source-in",
 ) -> dict[str, Any]:
-    """The source: topic -> source -> ``noop`` (every row read, then acked on commit)."""
-    source = _source_topic(bus, "source-in", rows)
+    """The source: topic ``name`` -> source -> ``noop`` (every row read, then acked on commit)."""
+    source = _source_topic(bus, name, rows)
     began = time.perf_counter()
     _run_to_end(_read(spark, broker, source.name, max(rows // 2, 1))
                 .writeStream.format("noop").trigger(availableNow=True)
@@ -189,8 +190,33 @@ def _latency(
             "latency_seconds_max": round(max(timings), 3), "latency_samples": samples}
 
 
+def _repetition(
+    spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path, number: int,
+) -> dict[str, Any]:
+    """Our three runs, then the three ceilings; the topics are removed afterwards."""
+    source = _source_only(spark, bus, broker, rows, workdir, f"source-in-{number}")
+    sink = _sink_only(spark, bus, broker, rows, f"sink-out-{number}")
+    figures = _throughput(spark, bus, broker, rows, workdir, f"bench-{number}")
+    figures |= {f"source_{k}": v for k, v in source.items()}
+    figures |= {f"sink_{k}": v for k, v in sink.items()}
+    figures |= _ceilings(spark, rows, workdir)
+    for name in (f"source-in-{number}", f"sink-out-{number}", f"bench-{number}-in",
+                 f"bench-{number}-out"):
+        bus.remove_topic(name)
+    return figures
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over ``runs``; ``rows_out`` is the fewest any run moved."""
+    return {
+        key: min(run[key] for run in runs) if key.endswith("rows_out")
+        else statistics.median(run[key] for run in runs)
+        for key in runs[0]
+    }
+
+
 def measure_spark_throughput(
-    rows: int, *, master: str = "local[2]", authkey_env: str = _KEY_ENV,
+    rows: int, *, master: str = "local[2]", authkey_env: str = _KEY_ENV, repeats: int = 3,
 ) -> dict[str, Any]:
     """Rows/s of the source, the sink and the pipeline, and one message's latency.
 
@@ -198,7 +224,9 @@ def measure_spark_throughput(
     the authkey in environment variable ``authkey_env`` (set to a random key if unset;
     Spark's Python workers must see it, so with a session that is already running it
     must have been set before the session started).
-    Blocks for the whole run (about a minute for a million rows on 2 cores).
+    Each figure is the median of ``repeats`` repetitions; a repetition runs ours, then
+    the ceilings, so both sides see the same moments of a noisy host. Blocks for the
+    whole run (about two minutes for a million rows on 2 cores, three repetitions).
 
     Returns:
         ``source_rows_per_second``, ``sink_rows_per_second`` and (the pipeline)
@@ -224,12 +252,9 @@ def measure_spark_throughput(
             # batch write for the driver's commit worker (~1 s): a small one of each first.
             _throughput(spark, bus, broker, 1000, workdir, "warmup")
             _sink_only(spark, bus, broker, 1000, "warmup-sink")
-            source = _source_only(spark, bus, broker, rows, workdir)
-            sink = _sink_only(spark, bus, broker, rows)
-            result = _throughput(spark, bus, broker, rows, workdir, "bench")
-            result |= {f"source_{k}": v for k, v in source.items()}
-            result |= {f"sink_{k}": v for k, v in sink.items()}
-            result |= _ceilings(spark, rows, workdir)
+            runs = [_repetition(spark, bus, broker, rows, workdir / f"run-{n}", n)
+                    for n in range(repeats)]
+            result = _medians(runs) | {"repeats": repeats}
             result |= _latency(spark, bus, broker, workdir)
     return result
 
