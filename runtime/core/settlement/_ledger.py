@@ -20,7 +20,8 @@ from runtime.core._envelope import SEQ, Envelope
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._admission import Admission
-from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
+from runtime.core.settlement._burial import RETRYABLE, Burial, Effect, run_effects
+from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
 from runtime.core.settlement._tranche import Tranche
@@ -28,14 +29,9 @@ from runtime.errors import TopicClosedError
 
 __all__ = ["Ledger"]
 
-# Failures a balanced delivery may be retried after, while attempts remain.
-_RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
-_COUNTED = frozenset({"dropped", "lagged"})  # reasons with counters of their own
-
-Effect = Callable[[], Any]
 
 
-class Ledger(Admission):
+class Ledger(Admission, Burial):
     """Books of one topic. Thread-safe.
 
     Args:
@@ -102,32 +98,6 @@ class Ledger(Admission):
                     future = None if futures is None else futures[index]
                     tracks[envelope[SEQ]] = OutcomeTrack(destinations, future)
 
-    def dead_letter_unrouted(
-        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None, slotted: bool,
-    ) -> None:
-        """Dead-letter messages published while the topic had no destination."""
-        effects: list[Effect] = []
-        outcome = Outcome(acked=False, nacks=(Nack("none", "no_subscribers"),))
-        with self._changed:
-            for envelope in envelopes:
-                self._counters.nacked += 1
-                self._bury(Delivery.settled(envelope, -1, None, 0, "no_subscribers"), effects)
-            if slotted:
-                self.pending -= len(envelopes)
-                self._changed.notify_all()
-        _run(effects)
-        for future in futures or ():
-            future.set_result(outcome)
-
-    def dead_letter_refused(self, envelope: Envelope, reason: str, error: str | None) -> None:
-        """Dead-letter a message refused on its way in (counts as published and nacked)."""
-        effects: list[Effect] = []
-        with self._changed:
-            self._counters.published += 1
-            self._counters.nacked += 1
-            self._bury(Delivery.settled(envelope, -1, None, 0, reason, error), effects)
-        _run(effects)
-
     # -- subscriber side ----------------------------------------------------------
 
     def register(self, handover: HandOver) -> bool:
@@ -160,34 +130,7 @@ class Ledger(Admission):
         with self._changed:
             self._apply(deliveries, effects)
             self._changed.notify_all()
-        _run(effects)
-
-    def settle_unreached(
-        self, items: Sequence[tuple[Envelope, int]], reason: str,
-        make: Callable[[Envelope, int], Delivery[Any]],
-    ) -> None:
-        """Apply queued messages (envelope, attempt) that never reached a member, failed
-        with ``reason``: as `settle` of their deliveries (``make`` builds one).
-
-        When none can be retried or watched (no outcome, no callback, a bounded
-        dead-letter queue), only the letters the queue keeps (the newest) are built:
-        closing a topic with a million queued messages builds 10,000, not a million.
-        """
-        keep, tracks = self._dead_letters.keeps(), self._tracks
-        if (
-            keep is None or (reason in _RETRYABLE and not self.closed) or reason in _COUNTED
-            or (tracks and any(envelope[SEQ] in tracks for envelope, _ in items))
-        ):  # each message as one delivery: retries, counters, outcomes, callbacks, order
-            self.settle([make(envelope, attempt) for envelope, attempt in items])
-            return
-        with self._changed:
-            skipped = max(len(items) - keep, 0)
-            self._dead_letters.append_tail(
-                [dead_letter_of(make(e, a), self._topic) for e, a in items[skipped:]], skipped)
-            self._counters.nacked += len(items)
-            self._counters.dead_lettered += len(items)
-            self.pending -= len(items)
-            self._changed.notify_all()
+        run_effects(effects)
 
     def settle_whole(self, tranche: Tranche) -> None:
         """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""
@@ -210,7 +153,7 @@ class Ledger(Admission):
             self.pending -= completed
             self._counters.delivered += completed
             self._changed.notify_all()
-        _run(effects)
+        run_effects(effects)
 
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
@@ -222,7 +165,7 @@ class Ledger(Admission):
             self._apply(expired, effects)
             self._changed.notify_all()
             wake_at = self._deadlines.rearm()
-        _run(effects)
+        run_effects(effects)
         if wake_at is not None:
             self._schedule(wake_at)
 
@@ -235,7 +178,7 @@ class Ledger(Admission):
                 swept.extend(claim_all(handover, reason))
             self._apply(swept, effects)
             self._changed.notify_all()
-        _run(effects)
+        run_effects(effects)
 
     # -- topic side ---------------------------------------------------------------
 
@@ -301,7 +244,7 @@ class Ledger(Admission):
         elif reason == "lagged":
             counters.lagged += 1
         if (
-            group is not None and reason in _RETRYABLE and not self.closed
+            group is not None and reason in RETRYABLE and not self.closed
             and delivery._attempt < self._max_attempts
         ):
             counters.redelivered += 1
@@ -330,14 +273,4 @@ class Ledger(Admission):
         if future is not None:
             effects.append(lambda: future.set_result(outcome))
 
-    def _bury(self, delivery: Delivery[Any], effects: list[Effect]) -> None:
-        dead_letter = dead_letter_of(delivery, self._topic)
-        self._counters.dead_lettered += 1
-        callback = self._dead_letters.append(dead_letter)
-        if callback is not None:
-            effects.append(lambda: self._dead_letters.notify(callback, dead_letter))
 
-
-def _run(effects: list[Effect]) -> None:
-    for effect in effects:
-        effect()
