@@ -10,10 +10,10 @@ from itertools import repeat
 from typing import Any
 
 from runtime.core._envelope import MESSAGE_ID, Envelope
+from runtime.core._fan_out import FanOut
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import Outcome, PublishReport
 from runtime.core._settings import TopicSettings
-from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
@@ -36,9 +36,6 @@ def check_keys(keys: list[Any]) -> None:
         if key is not None and not isinstance(key, str):
             raise TypeError(f"a key must be a str or None, got {type(key).__qualname__}")
 
-# Times a publisher yields the GIL before overwriting unread broadcast entries.
-_LAG_YIELDS = 3
-
 
 class PartlyPublished(Exception):  # not an error of its own: a partial result
     """A Publisher batch the topic accepted only in part (it closed, or a wait timed out).
@@ -54,7 +51,7 @@ class PartlyPublished(Exception):  # not an error of its own: a partial result
         self.error = error
 
 
-class PublishPath:
+class PublishPath(FanOut):
     """Runs the guard chain in the calling thread (a user's, or the topic actor's).
 
     Args:
@@ -261,89 +258,3 @@ class PublishPath:
         except (WouldBlock, TopicClosedError):
             self._ledger.count("published", -len(envelopes))  # refused whole: never entered
             raise
-
-    def fan_out(
-        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None,
-        slotted: bool, deadline: float | None,
-    ) -> tuple[dict[str, str], int]:
-        """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
-        groups = self._groups()
-        admitted = self._take_room(groups, len(envelopes), slotted, deadline)
-        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
-            if not self._ring.would_lag(len(envelopes)):
-                break
-            time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
-        try:
-            with self._ring.lock:
-                self._wait_ring(len(envelopes), slotted, deadline)
-                subscribers = self._ring.subscriber_count
-                if not groups and not subscribers:
-                    self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
-                    return {}, 0
-                self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted)
-                lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
-        except BaseException:
-            for group, taken in zip(groups, admitted, strict=True):
-                if taken > 0:
-                    group.gate.release(taken)
-            raise
-        for wake in wakes:
-            wake()
-        settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged]
-        balanced = self._enqueue(groups, admitted, envelopes, settled)
-        if settled:
-            self._ledger.settle(settled)
-        return balanced, subscribers
-
-    def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
-        """With a blocking ring, wait (ring lock held) for room; a refusal gives the
-        ``max_pending`` slots back (the caller gives the groups' room back)."""
-        if not self._ring.blocking:
-            return
-        try:
-            self._ring.wait_room_locked(count, deadline)
-        except BaseException:
-            if slotted:
-                self._ledger.release_slots(count)
-            raise
-
-    def _take_room(
-        self, groups: list[GroupHandle], count: int, slotted: bool, deadline: float | None,
-    ) -> list[int]:
-        """Room per group: ``count``, fewer (drop_newest), or -1 (the group is gone)."""
-        admitted: list[int] = []
-        try:
-            for group in groups:
-                if self._block:
-                    admitted.append(count if group.gate.acquire(count, deadline) else -1)
-                else:
-                    admitted.append(group.gate.try_acquire(count))
-                if admitted[-1] < 0 and self._ledger.closed:
-                    raise TopicClosedError(self._topic)
-        except BaseException:
-            for group, taken in zip(groups, admitted, strict=False):
-                if taken > 0:
-                    group.gate.release(taken)
-            if slotted:
-                self._ledger.release_slots(count)
-            raise
-        return admitted
-
-    def _enqueue(
-        self, groups: list[GroupHandle], admitted: list[int], envelopes: list[Envelope],
-        settled: list[Delivery[Any]],
-    ) -> dict[str, str]:
-        balanced = {}
-        for group, taken in zip(groups, admitted, strict=True):
-            if taken == len(envelopes):
-                group.ref.tell(envelopes)
-                balanced[group.name] = "enqueued"
-                continue
-            if taken > 0:
-                group.ref.tell(envelopes[:taken])
-            reason = "dropped" if taken >= 0 else "unsubscribed"
-            settled.extend(
-                Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]
-            )
-            balanced[group.name] = "dropped"
-        return balanced

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
@@ -18,17 +18,16 @@ from runtime.core._publishing import PublishPath
 from runtime.core._replay import Replay
 from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
+from runtime.core._subscribing import Subscribing
 from runtime.core._timer import Timer
 from runtime.core._topic_actor import PublishBatch, PublishEnvelopes, TopicActor
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tracker import SWEEP, TICK, TrackerActor
-from runtime.core.subscribers._member import Handler
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscribers import Subscribers
-from runtime.core.subscribers._subscription import PullSubscription, Subscription
-from runtime.errors import InvalidSettingsError, TopicClosedError
+from runtime.errors import TopicClosedError
 
 if TYPE_CHECKING:
     from runtime.publisher._publisher import Publisher
@@ -39,7 +38,7 @@ T = TypeVar("T")
 _STOP_TIMEOUT = 5.0
 
 
-class Topic(Generic[T]):
+class Topic(Subscribing[T]):
     """A named stream of messages with balanced groups and broadcast subscribers.
 
     Made by `Bus.create_topic`. Publishing runs in the caller's thread; the topic's
@@ -190,62 +189,6 @@ class Topic(Generic[T]):
             self._publishers.append(publisher)
         return publisher
 
-    def subscribe(
-        self, handler: Handler, *, group: str | None = None, workers: int = 0,
-        auto_ack: bool = False, prefetch: int | None = None,
-    ) -> Subscription:
-        """Attach ``handler(delivery)``: a broadcast subscriber, or a member of ``group``.
-
-        With ``workers=N`` (needs a group) the handler runs in N worker processes.
-        ``prefetch`` (group members): how many deliveries the group may hand a member
-        before it settles them (None: up to 32 for a thread member; two hand-overs in
-        flight for a worker process, their size growing with the backlog).
-
-        Raises:
-            TopicClosedError: the topic is closed.
-            InvalidSettingsError: ``workers`` or ``prefetch`` is not valid.
-        """
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, got {handler!r}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise InvalidSettingsError("workers", f"must be an int >= 0, got {workers!r}")
-        if workers and group is None:
-            raise InvalidSettingsError("workers", "process workers need a group")
-        if prefetch is not None and (
-            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1
-        ):
-            raise InvalidSettingsError("prefetch", f"must be None or an int >= 1, got {prefetch!r}")
-        self._check_open()
-        if workers and group is not None:
-            return self._subscribers.subscribe_workers(handler, group, auto_ack, workers, prefetch)
-        return self._subscribers.subscribe(handler, group, auto_ack, prefetch)
-
-    def subscription(self, *, group: str | None = None, prefetch: int = 1) -> PullSubscription[T]:
-        """A pull subscription: a broadcast reader (``group=None``) or a group member.
-
-        ``prefetch`` (group members): how many deliveries the group may hand this member
-        ahead of ``receive``; their ack deadlines run from that hand-over.
-
-        Raises:
-            TopicClosedError: the topic is closed.
-            InvalidSettingsError: ``prefetch`` is not an int >= 1.
-        """
-        self._check_open()
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise InvalidSettingsError("prefetch", f"must be an int >= 1, got {prefetch!r}")
-        return self._subscribers.subscription(group, prefetch)
-
-    def _lease_member(self, group: str, prefetch: int) -> PullSubscription[T]:
-        """A pull member of ``group`` for the broker's lease log: it reads whole
-        hand-overs (`PullSubscription.receive_tranches`), no per-message object on the
-        all-acked path.
-
-        Raises:
-            TopicClosedError: the topic is closed.
-        """
-        self._check_open()
-        return self._subscribers.subscription(group, prefetch, tranches=True)
-
     def _sync(self, timeout: float | None = 5.0) -> None:
         """Return once every settlement made before the call has been applied to the stats.
 
@@ -258,19 +201,6 @@ class Topic(Generic[T]):
         into the dead letters with an id of its own; it counts as published and nacked."""
         self._check_open()
         self._path.refuse(message, reason, error)
-
-    def create_group(self, name: str) -> None:
-        """Create balanced group ``name`` with no members yet (messages wait in it)."""
-        self._check_open()
-        self._subscribers.create_group(name)
-
-    def groups(self) -> list[str]:
-        """The balanced groups' names."""
-        return self._subscribers.names()
-
-    def delete_group(self, name: str) -> None:
-        """Remove a group; what waits in it is dead-lettered ``unsubscribed``."""
-        self._subscribers.delete_group(name)
 
     def stats(self) -> TopicStats:
         """A snapshot of the counters."""

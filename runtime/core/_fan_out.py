@@ -1,0 +1,117 @@
+"""Steps 5-8 of the publish path: room in every group and the ring, the books, the hand-off."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from runtime.core._envelope import Envelope
+from runtime.core._outcome import Outcome
+from runtime.core.settlement._delivery import Delivery
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._gate import GroupHandle
+from runtime.core.subscribers._ring import Ring
+from runtime.errors import TopicClosedError
+
+__all__ = ["FanOut"]
+
+# Times a publisher yields the GIL before overwriting unread broadcast entries.
+_LAG_YIELDS = 3
+
+
+class FanOut:
+    """The fan-out half of `PublishPath` (a mixin over its topic, ledger, ring and groups)."""
+
+    _topic: str
+    _ledger: Ledger
+    _ring: Ring
+    _groups: Callable[[], list[GroupHandle]]
+    _block: bool
+
+    def fan_out(
+        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None,
+        slotted: bool, deadline: float | None,
+    ) -> tuple[dict[str, str], int]:
+        """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
+        groups = self._groups()
+        admitted = self._take_room(groups, len(envelopes), slotted, deadline)
+        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
+            if not self._ring.would_lag(len(envelopes)):
+                break
+            time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
+        try:
+            with self._ring.lock:
+                self._wait_ring(len(envelopes), slotted, deadline)
+                subscribers = self._ring.subscriber_count
+                if not groups and not subscribers:
+                    self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
+                    return {}, 0
+                self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted)
+                lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
+        except BaseException:
+            for group, taken in zip(groups, admitted, strict=True):
+                if taken > 0:
+                    group.gate.release(taken)
+            raise
+        for wake in wakes:
+            wake()
+        settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged]
+        balanced = self._enqueue(groups, admitted, envelopes, settled)
+        if settled:
+            self._ledger.settle(settled)
+        return balanced, subscribers
+
+    def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
+        """With a blocking ring, wait (ring lock held) for room; a refusal gives the
+        ``max_pending`` slots back (the caller gives the groups' room back)."""
+        if not self._ring.blocking:
+            return
+        try:
+            self._ring.wait_room_locked(count, deadline)
+        except BaseException:
+            if slotted:
+                self._ledger.release_slots(count)
+            raise
+
+    def _take_room(
+        self, groups: list[GroupHandle], count: int, slotted: bool, deadline: float | None,
+    ) -> list[int]:
+        """Room per group: ``count``, fewer (drop_newest), or -1 (the group is gone)."""
+        admitted: list[int] = []
+        try:
+            for group in groups:
+                if self._block:
+                    admitted.append(count if group.gate.acquire(count, deadline) else -1)
+                else:
+                    admitted.append(group.gate.try_acquire(count))
+                if admitted[-1] < 0 and self._ledger.closed:
+                    raise TopicClosedError(self._topic)
+        except BaseException:
+            for group, taken in zip(groups, admitted, strict=False):
+                if taken > 0:
+                    group.gate.release(taken)
+            if slotted:
+                self._ledger.release_slots(count)
+            raise
+        return admitted
+
+    def _enqueue(
+        self, groups: list[GroupHandle], admitted: list[int], envelopes: list[Envelope],
+        settled: list[Delivery[Any]],
+    ) -> dict[str, str]:
+        balanced = {}
+        for group, taken in zip(groups, admitted, strict=True):
+            if taken == len(envelopes):
+                group.ref.tell(envelopes)
+                balanced[group.name] = "enqueued"
+                continue
+            if taken > 0:
+                group.ref.tell(envelopes[:taken])
+            reason = "dropped" if taken >= 0 else "unsubscribed"
+            settled.extend(
+                Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]
+            )
+            balanced[group.name] = "dropped"
+        return balanced
