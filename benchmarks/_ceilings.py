@@ -24,7 +24,12 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA
@@ -46,7 +51,14 @@ class _Range(InputPartition):
         self.start, self.end = start, end
 
 
-class _MemoryReader(DataSourceStreamReader):
+class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Serves ``rows`` rows in batches of ``batch``, under every trigger.
+
+    It supports ``availableNow`` as the actorbus source does: without it, Spark wraps a
+    source in a ``ReadAllAvailable`` limit for that trigger, and the ceiling ran the
+    whole range as one batch while the actorbus side ran the batches it was given.
+    """
+
     def __init__(self, rows: int, batch: int, schema: StructType) -> None:
         self.rows, self.batch, self.schema = rows, batch, schema
 
@@ -55,6 +67,9 @@ class _MemoryReader(DataSourceStreamReader):
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """The range is fixed: the run ends at ``rows``."""
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         first = int(start["offset"])
