@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 LEASE_FIELD = "lease"
 # Most lease calls for one batch (each stops when the group has nothing ready at once).
 _LEASE_ROUNDS = 8
+# Rows per Arrow batch handed to Spark, and in a task's first fetch: Spark streams a
+# task's batches on one at a time, so the first rows reach the next stage (a sink's
+# write) while the rest of the range is still being read.
+SLICE_ROWS = 20_000
 
 
 class DataLossError(RuntimeError):
@@ -81,21 +85,21 @@ def fetch_range(
     much of the range as its fetch budget holds, as Arrow IPC bytes naming where it
     ended; the next call starts there. While Spark works on one batch, a thread of the
     task fetches the next: the broker's work and the task's overlap."""
-    def fetch(first: int) -> Any:
-        return channel.call("lease_fetch_arrow", *options.lease, first, partition.end)
+    def fetch(first: int, last: int) -> Any:
+        return channel.call("lease_fetch_arrow", *options.lease, first, last)
 
     first = partition.start
     if first >= partition.end:
         return
     with ThreadPoolExecutor(1, "actorbus-fetch") as fetcher:
-        reply = fetch(first)
+        reply = fetch(first, min(first + SLICE_ROWS, partition.end))
         while True:
             batch, end = record_batch(reply, schema)
             if end <= first:
                 raise RuntimeError(f"actorbus: the broker's fetch from offset {first} did not advance")
-            following = fetcher.submit(fetch, end) if end < partition.end else None
-            if batch.num_rows:
-                yield batch
+            following = fetcher.submit(fetch, end, partition.end) if end < partition.end else None
+            for start in range(0, batch.num_rows, SLICE_ROWS):
+                yield batch.slice(start, SLICE_ROWS)
             if following is None:
                 return
             first, reply = end, following.result()

@@ -31,6 +31,17 @@ def server(bus: Bus) -> Iterator[BusServer]:
         yield server
 
 
+def _schema() -> object:
+    from pyspark.sql import types as T
+
+    return T.StructType([  # the source's schema (SOURCE_SCHEMA), without a JVM to parse it
+        T.StructField("message_id", T.StringType()), T.StructField("key", T.StringType()),
+        T.StructField("payload", T.BinaryType()),
+        T.StructField("attributes", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("published_at", T.TimestampType()), T.StructField("attempt", T.IntegerType()),
+    ])
+
+
 def _source(server: BusServer) -> object:
     from runtime.spark._options import SourceOptions
 
@@ -40,20 +51,13 @@ def _source(server: BusServer) -> object:
 def test_a_range_of_many_replies_reads_whole_and_in_order(
     bus: Bus, server: BusServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pyspark.sql import types as T
-
     from runtime.spark._source import OffsetRange, fetch_range
 
     monkeypatch.setattr(_service, "FETCH_BYTES", 1000)  # ~10 payloads of 100 bytes a reply
     payloads = [b"%03d" % i + b"p" * 97 for i in range(120)]
     publish(bus.topic("in"), payloads)
     source = _source(server)
-    schema = T.StructType([  # the source's schema (SOURCE_SCHEMA), without a JVM to parse it
-        T.StructField("message_id", T.StringType()), T.StructField("key", T.StringType()),
-        T.StructField("payload", T.BinaryType()),
-        T.StructField("attributes", T.MapType(T.StringType(), T.StringType())),
-        T.StructField("published_at", T.TimestampType()), T.StructField("attempt", T.IntegerType()),
-    ])
+    schema = _schema()
     with source.connect() as channel:  # type: ignore[attr-defined]
         end = channel.call("lease_latest", *source.lease, 0, 120)  # type: ignore[attr-defined]
         assert end == 120
@@ -66,6 +70,35 @@ def test_a_range_of_many_replies_reads_whole_and_in_order(
     assert len(batches) == 12
     assert [row for b in batches for row in b.column("payload").to_pylist()] == payloads
     assert first.column("payload").to_pylist() == payloads[:10]
+
+
+def test_a_task_reads_a_small_first_fetch_then_slices_of_bounded_rows(
+    bus: Bus, server: BusServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.spark import _source as source_module
+    from runtime.spark._source import OffsetRange, fetch_range
+
+    monkeypatch.setattr(source_module, "SLICE_ROWS", 4)
+    fetched: list[tuple[int, int]] = []
+    fetch = _service.BrokerService.lease_fetch_arrow
+
+    def counted(self: object, *args: object) -> bytes:
+        fetched.append((args[-2], args[-1]))  # type: ignore[arg-type]
+        return fetch(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_service.BrokerService, "lease_fetch_arrow", counted)
+    payloads = [b"%03d" % i + b"q" * 97 for i in range(30)]
+    publish(bus.topic("in"), payloads)
+    source = _source(server)
+    with source.connect() as channel:  # type: ignore[attr-defined]
+        end = channel.call("lease_latest", *source.lease, 0, 30)  # type: ignore[attr-defined]
+        batches = list(fetch_range(channel, source, _schema(), OffsetRange(2, end)))  # type: ignore[arg-type]
+
+    # The first fetch asks for one slice, the second for the rest of the range (one
+    # reply here); Spark gets batches of at most SLICE_ROWS rows, in order.
+    assert fetched == [(2, 6), (6, 30)]
+    assert [b.num_rows for b in batches] == [4, 4, 4, 4, 4, 4, 4]
+    assert [row for b in batches for row in b.column("payload").to_pylist()] == payloads[2:]
 
 
 def test_staged_chunks_are_all_recorded_and_a_committed_topic_stops_early(
