@@ -8,6 +8,11 @@ event is committed: this listener, in the user's driver process, acks it.
 
 Acks are cumulative and idempotent, and the broker acks only what its lease log handed
 out, so a late or repeated event acks nothing twice and nothing unread.
+
+The listener sees the progress of every query of the session, once per micro-batch.
+PySpark's own callback converts each event whole into Python objects (a few hundred
+py4j calls, ~0.1-0.2 s of the driver's time per event on a small host); this one reads
+only the sources' end offsets off the Java event (a few calls per source).
 """
 
 from __future__ import annotations
@@ -30,22 +35,64 @@ logger = logging.getLogger(__name__)
 class AckOnProgress(StreamingQueryListener):
     """Acks every actorbus source's ``endOffset`` of each progress event."""
 
+    @property
+    def _jlistener(self) -> Any:
+        """What `spark.streams.addListener` registers: the lean callbacks below."""
+        made = self.__dict__.get("_lean")
+        if made is None:
+            from pyspark import SparkContext
+
+            jvm = SparkContext._jvm
+            assert jvm is not None, "a listener is added to an active session"
+            made = self.__dict__["_lean"] = jvm.PythonStreamingQueryListenerWrapper(
+                _EndOffsets(self))
+        return made
+
     def onQueryStarted(self, event: Any) -> None:
         """Nothing to do."""
 
     def onQueryProgress(self, event: Any) -> None:
-        """Ack each actorbus source's committed end offset."""
+        """Ack each actorbus source's committed end offset (a converted event)."""
         for source in event.progress.sources:
-            try:
-                ack_end_offset(source.endOffset)
-            except Exception as exc:  # the next batch's latestOffset acks it anyway
-                logger.warning("actorbus: could not ack a committed batch: %s", exc)
+            self.ack(source.endOffset)
+
+    def ack(self, end_offset: str | None) -> None:
+        """Ack below one source's end offset if it is an actorbus offset; never raises."""
+        try:
+            ack_end_offset(end_offset)
+        except Exception as exc:  # the next batch's latestOffset acks it anyway
+            logger.warning("actorbus: could not ack a committed batch: %s", exc)
 
     def onQueryIdle(self, event: Any) -> None:
         """Nothing to do."""
 
     def onQueryTerminated(self, event: Any) -> None:
         """Nothing to do."""
+
+
+class _EndOffsets:
+    """The Java-side callbacks (py4j): only a progress event's source end offsets are
+    read from the JVM, and handed to the listener's `AckOnProgress.ack`."""
+
+    def __init__(self, listener: AckOnProgress) -> None:
+        self._listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        """Ack each actorbus source's committed end offset."""
+        for jsource in jevent.progress().sources():
+            self._listener.ack(jsource.endOffset())
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        """Nothing to do."""
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 def ack_end_offset(end_offset: str | None) -> bool:
