@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from runtime.publisher._publisher import Publisher
 
 __all__ = ["Topic"]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _STOP_TIMEOUT = 5.0
@@ -231,10 +234,30 @@ class Topic(Subscribing[T]):
                 [Delivery.settled(e, sid, None, 0, "closed") for sid, e in unread]
             )
         self._subscribers.close()
+        self._await_sweep()
+
+    def _await_sweep(self) -> None:
+        """Have the tracker force-nack what is handed over, after the settlements it has
+        queued. A tracker still working through a backlog (a million released leases)
+        is waited for; one gone, or one that settled nothing for a whole `_STOP_TIMEOUT`
+        (a dead-letter callback that blocks), is bypassed: the books are swept here."""
         try:
-            self._tracker.ask(SWEEP, timeout=_STOP_TIMEOUT).result(_STOP_TIMEOUT)
-        except ActorError:  # the tracker is gone (its system gave up): sweep the books here
-            self._ledger.sweep("closed")
+            reply = self._tracker.ask(SWEEP)
+            progress = self._ledger.stats()
+            while True:
+                try:
+                    reply.result(_STOP_TIMEOUT)
+                    return
+                except TimeoutError:
+                    now = self._ledger.stats()
+                    if now == progress:
+                        break
+                    progress = now
+            logger.warning("topic %s: its tracker settled nothing for %.0f s; closing "
+                           "without it", self._name, _STOP_TIMEOUT)
+        except ActorError:  # the tracker is gone (its system gave up)
+            pass
+        self._ledger.sweep("closed")
 
     def _shutdown(self, timeout: float = _STOP_TIMEOUT) -> None:
         """Close, then stop every actor of the topic (subscribers first, tracker last)."""

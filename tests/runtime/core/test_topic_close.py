@@ -169,3 +169,68 @@ def test_a_queue_longer_than_one_wait_still_ends_whole(
     assert len(letters) == count
     assert {letter.reason for letter in letters} == {reason}
     assert sorted(letter.message.data for letter in letters) == [b"%06d" % n for n in range(count)]
+
+
+def test_close_waits_for_a_tracker_still_working_through_its_backlog(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    from runtime.core import _topic
+
+    monkeypatch.setattr(_topic, "_STOP_TIMEOUT", 0.05)  # the tracker needs ~8 of these
+    topic = bus.create_topic("t", ack_timeout=None)
+    seen: list[int] = []
+
+    def slow(letter: object) -> None:
+        time.sleep(0.01)  # sleep-ok: a slow callback (the work), not a wait on a result
+        seen.append(letter.message)  # type: ignore[attr-defined]
+
+    topic.dead_letters.on_dead_letter(slow)
+    reader = topic.subscription(group="g", prefetch=40)
+    for n in range(40):
+        topic.publish(n)
+    deliveries = [reader.receive(timeout=5) for _ in range(40)]
+    for delivery in deliveries:
+        delivery.nack("bad")
+
+    topic.close()  # before the fix: TimeoutError from the tracker's sweep
+
+    assert seen == list(range(40))  # every letter, in order, through the tracker
+    assert [d.reason for d in topic.dead_letters] == ["nack"] * 40  # nothing swept "closed"
+    stats = topic.stats()
+    assert (stats.dead_lettered, stats.pending) == (40, 0)
+
+
+def test_close_sweeps_the_books_itself_when_the_tracker_is_stuck(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from runtime.core import _topic
+
+    monkeypatch.setattr(_topic, "_STOP_TIMEOUT", 0.05)
+    topic = bus.create_topic("t", ack_timeout=None)
+    inside, release = threading.Event(), threading.Event()
+
+    def stuck(letter: object) -> None:
+        if letter.reason == "nack":  # type: ignore[attr-defined]
+            inside.set()
+            release.wait(30)  # the tracker hangs in this letter's callback
+
+    topic.dead_letters.on_dead_letter(stuck)
+    reader = topic.subscription(group="g", prefetch=5)
+    for n in range(5):
+        topic.publish(n)
+    deliveries = [reader.receive(timeout=5) for _ in range(5)]
+    deliveries[0].nack("bad")
+    assert inside.wait(5)
+    try:
+        with caplog.at_level("WARNING", logger="runtime.core._topic"):
+            topic.close()  # returns while the callback still blocks the tracker
+        assert not release.is_set()
+        stats = topic.stats()
+        assert (stats.dead_lettered, stats.pending) == (5, 0)
+        assert sorted(d.reason for d in topic.dead_letters) == ["closed"] * 4 + ["nack"]
+        assert "settled nothing" in caplog.text
+    finally:
+        release.set()
+    assert topic.join(timeout=5)
