@@ -13,7 +13,7 @@ from runtime.errors import SettlementError
 
 __all__ = [
     "ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink", "all_acked", "claim_all",
-    "fail_delivery", "handovers_of",
+    "fail_delivery", "handovers_of", "nack_all",
 ]
 
 PENDING = "pending"
@@ -295,6 +295,21 @@ def handovers_of(deliveries: Sequence[Delivery[Any]]) -> set[HandOver]:
 def claim_all(handover: HandOver, reason: str) -> list[Delivery[Any]]:
     """Expire every still-pending delivery of ``handover`` with ``reason``; the ones won."""
     return [d for d in list(handover.unsettled().values()) if d._expire(reason)]
+
+
+def nack_all(deliveries: Sequence[Delivery[Any]], error: str) -> int:
+    """Nack every still-pending one of ``deliveries`` (category ``nack``, text ``error``),
+    as `Delivery.nack` does, but in bulk: each sink gets one list of its settlements, not
+    one message per delivery. Returns how many were nacked (the rest had settled)."""
+    per_sink: dict[int, tuple[Any, list[Delivery[Any]]]] = {}
+    for delivery in deliveries:
+        if delivery._claim():
+            delivery._set_nacked("nack", error)
+            sink = delivery._handover.sink
+            per_sink.setdefault(id(sink), (sink, []))[1].append(delivery)
+    for sink, settled in per_sink.values():
+        sink.tell(settled)
+    return sum(len(settled) for _, settled in per_sink.values())
 
 
 def fail_delivery(delivery: Any, error: str) -> None:

@@ -87,3 +87,27 @@ def test_an_unencodable_message_of_a_hand_over_is_dead_lettered_alone() -> None:
     assert [(r.payload, r.attributes) for r in records] == [(b"a", {}), (b"c", {"k": "v"})]
     assert [(d.reason, d.message) for d in letters] == [("error", {1, 2})]
     assert (stats.delivered, stats.dead_lettered, stats.pending) == (2, 1, 0)
+
+
+def test_released_leases_are_nacked_in_bulk_and_dead_lettered_in_order() -> None:
+    with Bus() as bus:
+        topic = _topic(bus, 40)
+        settled: list[int] = []
+        settle = topic._ledger.settle
+
+        def counted(deliveries: Any) -> None:
+            settled.append(len(deliveries))
+            settle(deliveries)
+
+        topic._ledger.settle = counted
+        log = _log(topic, window=16)
+        end = log.latest(0, 40)  # three hand-overs of at most 16
+        released = log.close()
+        topic._sync()
+        stats = topic.stats()
+        letters = [(d.message.data, d.reason, d.error) for d in topic.dead_letters]
+
+    assert (end, released) == (40, 40)
+    assert settled == [40]  # one settlement message for all of them, not 40
+    assert letters == [(b"%03d" % i, "nack", "lease expired") for i in range(40)]
+    assert (stats.nacked, stats.dead_lettered, stats.pending) == (40, 40, 0)
