@@ -206,9 +206,7 @@ class LeaseLog:
             first = max(start - self._base, 0)
             last = max(min(end - self._base, len(self._owners)), first)
             if max_bytes is not None:
-                # One pass in C (accumulate, bisect), not a loop in Python, on the hot path.
-                sizes = accumulate(map(len, self._columns.payload[first:last]))
-                cut = first + bisect.bisect_left(list(sizes), max_bytes) + 1
+                cut = _cut(self._columns.payload, first, last, max_bytes)
                 if cut < last:
                     last, end = cut, self._base + cut
             return self._columns.slice(first, last), end
@@ -314,6 +312,27 @@ class LeaseLog:
             del self._released[:-_RELEASED_RANGES]
         self._base += count
         return release_held(source, owners, indexes, spares)
+
+
+# Rows summed per step while looking for a fetch's cut.
+_CUT_WINDOW = 65_536
+
+
+def _cut(payloads: list[bytes], first: int, last: int, max_bytes: int) -> int:
+    """One past the row of ``payloads[first:last]`` whose payload passes ``max_bytes``
+    in total (``last`` when none does).
+
+    Sums window by window, in C (accumulate, bisect), so a fetch of a few MB from a
+    large range does not sum the sizes of the whole range behind it.
+    """
+    total = 0
+    for start in range(first, last, _CUT_WINDOW):
+        stop = min(start + _CUT_WINDOW, last)
+        sizes = list(accumulate(map(len, payloads[start:stop]), initial=total))
+        if sizes[-1] >= max_bytes:
+            return start + bisect.bisect_left(sizes, max_bytes, 1)
+        total = sizes[-1]
+    return last
 
 
 def _overlap(start: int, end: int, a: int, b: int) -> int:

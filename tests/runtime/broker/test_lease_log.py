@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runtime.broker.lease._log import EXPIRED_REASON, LeaseLog
 from runtime.broker.lease._record import PayloadError, encode_payload
@@ -334,3 +336,24 @@ def test_ack_range_settles_one_range_and_moves_over_acked_heads(
     assert (middle, log.position()) == (0, 4)
     assert [r.message_id for r in log.fetch(0, 6)] == ["m4", "m5"]
     assert log.close() == 2
+
+
+@given(sizes=st.lists(st.sampled_from([0, 1, 5, 100]), max_size=60),
+       bounds=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+       max_bytes=st.integers(1, 1_000), window=st.sampled_from([1, 3, 16, 65_536]))
+def test_a_fetch_is_cut_after_the_row_that_passes_its_byte_budget(
+    sizes: list[int], bounds: tuple[int, int], max_bytes: int, window: int,
+) -> None:
+    from runtime.broker.lease import _log
+
+    payloads = [b"x" * size for size in sizes]
+    first, last = sorted(min(b, len(sizes)) for b in bounds)
+    expected, total = last, 0  # the plain loop: the first row whose running total passes
+    for row in range(first, last):
+        total += sizes[row]
+        if total >= max_bytes:
+            expected = row + 1
+            break
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_log, "_CUT_WINDOW", window)
+        assert _log._cut(payloads, first, last, max_bytes) == expected
