@@ -100,7 +100,13 @@ class StagedRows:
             table = pa.ipc.open_stream(data).read_all()
         except (pa.ArrowInvalid, OSError) as exc:
             raise ValueError(f"staged rows are not an Arrow IPC stream: {exc}") from exc
-        columns: dict[str, Any] = {name: table.column(name).to_pylist() for name in table.column_names}
+        rows = table.num_rows
+        # A column that is all null (a sink without keys or attributes: the usual case)
+        # is absent: no list of Nones to build and then scan in Python per row.
+        columns: dict[str, Any] = {
+            name: table.column(name).to_pylist() for name in table.column_names
+            if name == "payload" or table.column(name).null_count < rows
+        }
         if "key" in columns:
             columns["key"] = [k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
                               for k in columns["key"]]
@@ -114,7 +120,7 @@ class StagedRows:
 
 
 def _payloads(values: Sequence[object]) -> list[bytes]:
-    if all(type(value) is bytes for value in values):
+    if set(map(type, values)) <= {bytes}:  # one C-level pass
         return list(values)  # type: ignore[arg-type]  # checked just above
     return [_as_bytes(value) for value in values]
 
@@ -126,7 +132,7 @@ def _column(columns: Mapping[str, Any], name: str, rows: int) -> Sequence[Any]:
         return ()
     if len(values) != rows:
         raise ValueError(f"column {name!r} has {len(values)} rows, payload {rows}")
-    return values if any(value is not None for value in values) else ()
+    return values if values.count(None) < rows else ()  # count: one C-level pass
 
 
 def _text_map(attributes: Mapping[Any, Any] | None) -> dict[str, str]:

@@ -87,3 +87,20 @@ def test_attribute_values_arrow_cannot_cast_become_their_text() -> None:
     staged = StagedRows.from_ipc(sink_ipc(rows, None))
 
     assert [m.attributes for m in staged.messages] == [{"x": "{'n': 1}"}]
+
+
+def test_all_null_columns_in_a_staged_stream_read_as_absent() -> None:
+    import io
+
+    table = pa.RecordBatch.from_pydict({
+        "payload": [b"a", b"b"], "key": pa.array([None, None], pa.string()),
+        "attributes": pa.array([None, None], MAP), "error": pa.array([None, None], pa.string()),
+    })
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:  # not through sink_ipc: all sent
+        writer.write_batch(table)
+
+    staged = StagedRows.from_ipc(sink.getvalue())
+
+    assert (staged.datas, staged.keys, staged.attributes, staged.rejected) == (
+        [b"a", b"b"], [None, None], [None, None], [])
