@@ -30,12 +30,10 @@ Invariants:
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import accumulate
 from typing import Any
 
 from runtime.broker.lease._handover import (
@@ -48,6 +46,7 @@ from runtime.broker.lease._handover import (
     release_held,
     settle_acked,
 )
+from runtime.broker.lease._ranges import cut, overlap
 from runtime.broker.lease._record import LeaseColumns, LeasedDelivery, LeaseRecord
 from runtime.core.settlement._tranche import Tranche
 
@@ -186,8 +185,8 @@ class LeaseLog:
         with self._lock:
             held_end = self._base + len(self._owners)
             wanted = max(end - start, 0)
-            covered = _overlap(start, end, self._base, held_end)
-            covered += sum(_overlap(start, end, a, b) for a, b in self._released)
+            covered = overlap(start, end, self._base, held_end)
+            covered += sum(overlap(start, end, a, b) for a, b in self._released)
             return max(wanted - covered, 0)
 
     def fetch(self, start: int, end: int) -> list[LeaseRecord]:
@@ -206,9 +205,9 @@ class LeaseLog:
             first = max(start - self._base, 0)
             last = max(min(end - self._base, len(self._owners)), first)
             if max_bytes is not None:
-                cut = _cut(self._columns.payload, first, last, max_bytes)
-                if cut < last:
-                    last, end = cut, self._base + cut
+                end_row = cut(self._columns.payload, first, last, max_bytes)
+                if end_row < last:
+                    last, end = end_row, self._base + end_row
             return self._columns.slice(first, last), end
 
     def ack(self, offset: int) -> tuple[int, int]:
@@ -312,28 +311,3 @@ class LeaseLog:
             del self._released[:-_RELEASED_RANGES]
         self._base += count
         return release_held(source, owners, indexes, spares)
-
-
-# Rows summed per step while looking for a fetch's cut.
-_CUT_WINDOW = 65_536
-
-
-def _cut(payloads: list[bytes], first: int, last: int, max_bytes: int) -> int:
-    """One past the row of ``payloads[first:last]`` whose payload passes ``max_bytes``
-    in total (``last`` when none does).
-
-    Sums window by window, in C (accumulate, bisect), so a fetch of a few MB from a
-    large range does not sum the sizes of the whole range behind it.
-    """
-    total = 0
-    for start in range(first, last, _CUT_WINDOW):
-        stop = min(start + _CUT_WINDOW, last)
-        sizes = list(accumulate(map(len, payloads[start:stop]), initial=total))
-        if sizes[-1] >= max_bytes:
-            return start + bisect.bisect_left(sizes, max_bytes, 1)
-        total = sizes[-1]
-    return last
-
-
-def _overlap(start: int, end: int, a: int, b: int) -> int:
-    return max(min(end, b) - max(start, a), 0)

@@ -344,7 +344,7 @@ def test_ack_range_settles_one_range_and_moves_over_acked_heads(
 def test_a_fetch_is_cut_after_the_row_that_passes_its_byte_budget(
     sizes: list[int], bounds: tuple[int, int], max_bytes: int, window: int,
 ) -> None:
-    from runtime.broker.lease import _log
+    from runtime.broker.lease import _ranges
 
     payloads = [b"x" * size for size in sizes]
     first, last = sorted(min(b, len(sizes)) for b in bounds)
@@ -355,5 +355,5 @@ def test_a_fetch_is_cut_after_the_row_that_passes_its_byte_budget(
             expected = row + 1
             break
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_log, "_CUT_WINDOW", window)
-        assert _log._cut(payloads, first, last, max_bytes) == expected
+        patch.setattr(_ranges, "CUT_WINDOW", window)
+        assert _ranges.cut(payloads, first, last, max_bytes) == expected
