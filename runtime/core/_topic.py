@@ -238,8 +238,8 @@ class Topic(Subscribing[T]):
 
     def _await_sweep(self) -> None:
         """Have the tracker force-nack what is handed over, after the settlements it has
-        queued. A tracker still working through a backlog (a million released leases)
-        is waited for; one gone, or one that settled nothing for a whole `_STOP_TIMEOUT`
+        queued. A tracker still working through a backlog (500k released leases took it
+        ~4 s) is waited for; one gone, or one that settled nothing for a whole `_STOP_TIMEOUT`
         (a dead-letter callback that blocks), is bypassed: the books are swept here."""
         try:
             reply = self._tracker.ask(SWEEP)
