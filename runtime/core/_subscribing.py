@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._member import Handler
 from runtime.core.subscribers._subscribers import Subscribers
 from runtime.core.subscribers._subscription import PullSubscription, Subscription
-from runtime.errors import InvalidSettingsError
+from runtime.errors import InvalidSettingsError, TopicClosedError
 
 __all__ = ["Subscribing"]
 
@@ -17,11 +18,14 @@ T = TypeVar("T")
 class Subscribing(Generic[T]):
     """The subscriber half of `Topic` (a mixin over its `Subscribers`)."""
 
+    _name: str
+    _ledger: Ledger
     _subscribers: Subscribers
 
     def _check_open(self) -> None:
-        """Raise `TopicClosedError` once the topic is closed (`Topic` defines it)."""
-        raise NotImplementedError
+        """Raise `TopicClosedError` once the topic is closed."""
+        if self._ledger.closed:
+            raise TopicClosedError(self._name)
 
     def subscribe(
         self, handler: Handler, *, group: str | None = None, workers: int = 0,

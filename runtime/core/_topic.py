@@ -285,10 +285,6 @@ class Topic(Subscribing[T]):
         return holder(self._name, self._settings, self._ledger, self._subscribers.handles(),
                       self._ring)
 
-    def _check_open(self) -> None:
-        if self._ledger.closed:
-            raise TopicClosedError(self._name)
-
     def _replayer(self, topic: Any) -> Callable[[DeadLetter], None]:
         """Where ``replay(topic=...)`` sends letters: back to the destination that failed
         each (this topic), or to every destination of another topic."""
