@@ -8,8 +8,13 @@ import pytest
 from support.publisher import FakeTopic
 
 from actors import ActorSystem
-from runtime.errors import OrderingKeyPausedError, TopicClosedError
+from runtime.errors import (
+    OrderingKeyPausedError,
+    PublishError,
+    TopicClosedError,
+)
 from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_settings import FlowControl
 from runtime.publisher._publisher import Publisher
 
 ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)
@@ -142,3 +147,47 @@ def test_many_keys_share_one_ticker_thread(system: ActorSystem) -> None:
     assert threads_during == threads_before
     assert len(set(ids)) == 50
     assert sorted(len(b) for b in topic.batches) == [1] * 50
+
+
+def test_keys_are_checked_alike_with_and_without_flow_control(system: ActorSystem) -> None:
+    # publish() takes short str keys in a fast path; longer ones are measured in bytes.
+    clef = "\U0001d11e"  # 4 bytes in UTF-8: 256 of them are exactly the 1024-byte limit
+    for limits in (FlowControl(), FlowControl(max_outstanding_messages=100)):
+        topic = FakeTopic()
+        settings = BatchSettings(max_latency=60.0)
+        with Publisher(topic, system=system, batching=settings, message_ordering=True,
+                       flow_control=limits) as pub:
+            accepted = [clef * 256, "k" * 1024, "", "A"]
+            futures = [pub.publish(b"%d" % n, ordering_key=key) for n, key in enumerate(accepted)]
+            with pytest.raises(PublishError) as too_long:
+                pub.publish(b"x", ordering_key=clef * 257)
+            with pytest.raises(TypeError) as not_str:
+                pub.publish(b"x", ordering_key=7)  # type: ignore[arg-type]
+            assert pub.outstanding[0] == 4
+            pub.flush(timeout=5.0)
+
+        assert too_long.value.code == 3
+        assert isinstance(not_str.value, PublishError) and not_str.value.code == 3
+        assert [f.result(timeout=0) for f in futures] == ["fake-1", "fake-2", "fake-3", "fake-4"]
+        assert sorted(keys_and_data(topic), key=str) == sorted(
+            [[(clef * 256, b"0")], [("k" * 1024, b"1")], [(None, b"2")], [("A", b"3")]], key=str,
+        )
+
+
+def test_a_paused_key_is_refused_under_flow_control_too(system: ActorSystem) -> None:
+    topic = FakeTopic(hold=True)
+    pub = Publisher(topic, system=system, batching=ONE_AT_A_TIME, message_ordering=True,
+                    flow_control=FlowControl(max_outstanding_messages=10))
+    failing = pub.publish(b"a0", ordering_key="A")
+    topic.wait_for_held(1)
+    topic.fail(TopicClosedError("fake"))
+    assert isinstance(failing.exception(timeout=5.0), TopicClosedError)
+
+    with pytest.raises(OrderingKeyPausedError):
+        pub.publish(b"a1", ordering_key="A")
+    other = pub.publish(b"b0", ordering_key="B")
+    topic.wait_for_held(1)
+    topic.confirm()
+    assert other.result(timeout=5.0) == "fake-1"
+    assert pub.outstanding == (0, 0)
+    pub.close(timeout=5.0)
