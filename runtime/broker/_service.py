@@ -20,7 +20,7 @@ from runtime.broker._staging import StagingArea
 from runtime.broker.lease._log import LeaseLog
 from runtime.broker.lease._record import LeasedDelivery, lease_ipc
 from runtime.core._message import Message, parts_of
-from runtime.core.settlement._delivery import fail_delivery
+from runtime.core.settlement._claims import fail_delivery
 from runtime.errors import TopicClosedError, TopicNotFoundError, WouldBlock
 
 __all__ = ["BrokerService"]

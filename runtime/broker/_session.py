@@ -31,7 +31,7 @@ from runtime.broker._wire import (
     decode,
     encode,
 )
-from runtime.core.settlement._delivery import fail_delivery
+from runtime.core.settlement._claims import fail_delivery
 from runtime.errors import SettlementError
 
 __all__ = ["Session"]

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from runtime.core.settlement._delivery import fail_delivery
+from runtime.core.settlement._claims import fail_delivery
 from runtime.errors import WouldBlock
 
 __all__ = ["SparkHandlerPool"]

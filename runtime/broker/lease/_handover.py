@@ -21,7 +21,8 @@ from runtime.broker.lease._record import (
     envelope_columns,
     record_of,
 )
-from runtime.core.settlement._delivery import Delivery, nack_all
+from runtime.core.settlement._claims import nack_all
+from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._tranche import Tranche
 
 __all__ = [

@@ -21,9 +21,10 @@ from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._admission import Admission
 from runtime.core.settlement._burial import RETRYABLE, Burial, Effect, run_effects
+from runtime.core.settlement._claims import all_acked, claim_all, handovers_of
 from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._deadlines import Deadlines
-from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked, claim_all, handovers_of
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.settlement._tranche import Tranche
 from runtime.errors import TopicClosedError
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from actors import Actor, Ref
 from runtime.core._envelope import KEY, Envelope
-from runtime.core.settlement._delivery import Delivery, claim_all
+from runtime.core.settlement._claims import claim_all
+from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tranche import hand_over
 from runtime.core.subscribers._gate import Gate

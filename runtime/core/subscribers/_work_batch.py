@@ -16,7 +16,8 @@ from typing import Any
 
 from actors import Actor
 from runtime.core._envelope import Envelope
-from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, all_acked
+from runtime.core.settlement._claims import all_acked
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
 
 __all__ = ["Reply", "Settlement", "WorkBatch", "WorkerActor"]

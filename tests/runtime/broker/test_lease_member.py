@@ -6,7 +6,7 @@ from typing import Any
 
 from runtime import Bus, Message
 from runtime.broker.lease._log import LeaseLog
-from runtime.core.settlement._delivery import fail_delivery
+from runtime.core.settlement._claims import fail_delivery
 
 
 def _log(topic: Any, window: int) -> LeaseLog:
