@@ -1,0 +1,114 @@
+"""A broker's publishes: waiting on the topic's backpressure without outliving the server.
+
+`BrokerService` publishes for its connections (one message, a batch, a Spark commit's
+staged rows). Those calls block while the topic applies backpressure; they wait in
+slices of `WAIT_SLICE`, so a server that is closing releases them at once
+(`TopicClosedError`), and a batch publish that times out says what holds the topic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from runtime.broker._staged_rows import Stamped
+from runtime.core._message import Message
+from runtime.errors import TopicClosedError, WouldBlock
+
+__all__ = ["WAIT_SLICE", "PublishWaiting", "dead_letter"]
+
+_PUBLISH_CHUNK = 1000
+ERROR_REASON = "error"
+# A blocked remote publish re-checks this often whether the server is closing.
+WAIT_SLICE = 0.1
+
+
+def dead_letter(topic: Any, message: Message, error: str) -> None:
+    """Put a message that was never published into ``topic``'s dead letters (``error``)."""
+    topic._dead_letter(message, reason=ERROR_REASON, error=error)
+
+
+class PublishWaiting:
+    """The publishing half of `BrokerService` (a mixin over its bus, clock and timeout)."""
+
+    _bus: Any
+    _clock: Callable[[], float]
+    _publish_timeout: float
+    _stopping: threading.Event
+
+    def publish(
+        self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> str:
+        """``topic.publish``; returns the message id.
+
+        Waits on backpressure in slices, so a server that closes releases it at once
+        (`TopicClosedError`; the message was not published).
+        """
+        topic = self._bus.topic(name)
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            remaining = None if deadline is None else max(deadline - self._clock(), 0.0)
+            wait = WAIT_SLICE if remaining is None else min(remaining, WAIT_SLICE)
+            try:
+                report = topic.publish(message, key=key, attributes=attributes, timeout=wait)
+            except WouldBlock:
+                if self._stopping.is_set():
+                    raise TopicClosedError(name) from None
+                if remaining is not None and remaining <= WAIT_SLICE:
+                    raise
+                continue
+            return str(report.message_id)
+
+    def stop_waiting(self) -> None:
+        """The server is closing: blocked publishes give up (`TopicClosedError`)."""
+        self._stopping.set()
+
+    def _publish_rows(self, topic: Any, staged: list[Stamped]) -> None:
+        for message, error in (pair for part in staged for pair in part.rejected):
+            dead_letter(topic, message, error)
+        envelopes = [envelope for part in staged for envelope in part.envelopes]
+        self._wait_published(topic, len(envelopes), [
+            topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
+            for i in range(0, len(envelopes), _PUBLISH_CHUNK)])
+
+    def _publish_parts(
+        self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None],
+    ) -> list[str]:
+        return self._wait_published(topic, len(datas), [
+            topic._publish_parts(datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
+                                 keys[i:i + _PUBLISH_CHUNK])
+            for i in range(0, len(datas), _PUBLISH_CHUNK)])
+
+    def _wait_published(
+        self, topic: Any, count: int, futures: list[Future[list[str]]],
+    ) -> list[str]:
+        """The ids of ``count`` messages published as ``futures``, within the timeout."""
+        deadline = self._clock() + self._publish_timeout
+        ids: list[str] = []
+        for future in futures:
+            try:
+                ids += self._result(future, deadline, str(getattr(topic, "name", "")))
+            except TimeoutError:
+                # Say what holds the publish (a full group, max_pending, a ring behind), not
+                # just that it timed out: a Spark commit shows this text to the user.
+                held = topic.held_by() or "the topic did not accept the batch in time"
+                raise TimeoutError(
+                    f"publishing {count} messages to topic {topic.name!r} timed out "
+                    f"after {self._publish_timeout}s: {held}") from None
+        return ids
+
+    def _result(self, future: Future[list[str]], deadline: float, name: str) -> list[str]:
+        """``future.result()`` by `WAIT_SLICE`, given up when the server is closing."""
+        while True:
+            remaining = max(deadline - self._clock(), 0.0)
+            try:
+                return future.result(timeout=min(remaining, WAIT_SLICE))
+            except TimeoutError:
+                if remaining <= WAIT_SLICE:
+                    raise
+                if self._stopping.is_set():
+                    raise TopicClosedError(name) from None
