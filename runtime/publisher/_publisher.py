@@ -17,14 +17,15 @@ from typing import Any
 
 from actors import ActorSystem
 from runtime.core._message import NO_ATTRIBUTES, Message
-from runtime.errors import OrderingKeyPausedError, PublishError
+from runtime.errors import PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
 from runtime.publisher._future import MessageFuture
-from runtime.publisher._intake import Intake, Row, reap
-from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
+from runtime.publisher._intake import Intake, reap
+from runtime.publisher._messages import BatchTopic, Flush, Resume, SetOptions
+from runtime.publisher._submit import DRAIN, SEND_NOW, Submitting
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     MAX_ORDERING_KEY_BYTES,
@@ -46,7 +47,7 @@ _ASK_TIMEOUT = 10.0
 _SHORT_KEY = MAX_ORDERING_KEY_BYTES // 4
 
 
-class Publisher:
+class Publisher(Submitting):
     """Publishes bytes messages to a topic in batches, with flow control (an actor).
 
     Build one with ``topic.publisher(...)``. ``publish`` returns a future of the message
@@ -95,7 +96,7 @@ class Publisher:
             on_paused=self._set_paused, clock=clock,
         )
         self._tell = self._ref.tell
-        self._send_now = lambda: self._tell(_SEND_NOW)
+        self._send_now = lambda: self._tell(SEND_NOW)
 
     @property
     def topic(self) -> BatchTopic:
@@ -165,7 +166,7 @@ class Publisher:
                 intake.rows.extend((data, NO_ATTRIBUTES, ordering_key, future, size, False))
                 if not intake.armed:
                     intake.armed = True
-                    self._tell(_DRAIN)
+                    self._tell(DRAIN)
             else:
                 with gate.lock:  # admission and the tell under one lock: see _submit_limited
                     admitted = gate.admit_now(size)
@@ -173,7 +174,7 @@ class Publisher:
                         intake.rows.extend((data, NO_ATTRIBUTES, ordering_key, future, size, True))
                         if not intake.armed:
                             intake.armed = True
-                            self._tell(_DRAIN)
+                            self._tell(DRAIN)
                 if not admitted:
                     self._wait_admitted((data, NO_ATTRIBUTES, ordering_key, future, size, True))
             if intake.sealed:  # the actor stopped for good, maybe racing this call
@@ -298,59 +299,6 @@ class Publisher:
         state = "closed" if self._closed else "open"
         return f"<Publisher topic={self._topic.name!r} {state}>"
 
-    def _submit(self, data: bytes, attributes: dict[str, str], key: str | None,
-                size: int) -> Future[str]:
-        if size > MAX_MESSAGE_SIZE:
-            raise PublishError("Message size exceeds maximum of 10MB", 3)
-        if key is not None and key in self._paused:
-            raise OrderingKeyPausedError(key)
-        future: Future[str] = MessageFuture()
-        intake = self._intake
-        if self._gate.free:
-            # No limits: nothing to admit, so no lock; the actor counts the message when
-            # it takes it. `Intake.add` inlined: a call here cost ~2% of publish throughput.
-            intake.rows.extend((data, attributes, key, future, size, False))
-            if not intake.armed:
-                intake.armed = True
-                self._tell(_DRAIN)
-        else:
-            self._submit_limited((data, attributes, key, future, size, True))
-        if intake.sealed:  # the actor stopped for good, maybe racing this call
-            reap(intake, self._gate, closed_error)  # fails what it did not take
-        return future
-
-    def _submit_limited(self, row: Row) -> None:
-        """Admit under flow control (may block), then enqueue. One lock covers admission
-        and the tell: once close() has closed the gate, nothing more reaches the
-        actor's mailbox behind its final flush."""
-        gate = self._gate
-        with gate.lock:
-            if gate.admit_now(row[4]):
-                self._enqueue(row)
-                return
-        self._wait_admitted(row)
-
-    def _wait_admitted(self, row: Row) -> None:
-        """`_submit_limited` once admitting at once failed: acquire (may block), enqueue."""
-        gate = self._gate
-        waited = gate.acquire(row[4], on_block=self._send_now)
-        with gate.lock:
-            if gate.closed:
-                gate.release_locked(1, row[4])
-                raise closed_error()
-            self._enqueue(row)
-            if waited and gate.congested:
-                # Others still wait for capacity: this message must not sit out the
-                # latency in an open batch while they do.
-                self._tell(_SEND_NOW)
-
-    def _enqueue(self, row: Row) -> None:
-        if self._intake.add(row):
-            self._tell(_DRAIN)
-
     def _set_paused(self, keys: frozenset[str]) -> None:
         self._paused = keys
 
-
-_SEND_NOW = SendNow()
-_DRAIN = Drain()
