@@ -3,7 +3,8 @@
 - ``_bus``, ``_topic``, ``_topic_actor``: the `Bus`, the `Topic` handle and the topic's actor.
 - ``_publishing``: the topic's publish path (checks, throttle, ``max_pending``, fan-out).
 - ``_settings``, ``_stats``, ``_message``, ``_envelope``, ``_outcome``, ``_timer``: the records
-  they exchange and the one timer that drives ack deadlines.
+  they exchange and the one timer that drives ack deadlines; ``_future``: the lazy-condition
+  `MessageFuture` of publish ids and outcomes.
 - ``subscribers/``: balanced groups, their members and worker pools, broadcast rings,
   subscriptions.
 - ``settlement/``: deliveries, the ledger and tracker actor, deadlines, dead letters.

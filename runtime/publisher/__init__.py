@@ -6,8 +6,8 @@
 - ``_flow_settings``, ``_flow_control``, ``_intake``: flow-control limits and the gate that
   applies them.
 - ``_sequencer``: one batch in flight per ordering key; ``_flush``: flush and close.
-- ``_future``, ``_messages``, ``_validation``: publish futures, message records and the checks
-  done at ``publish()``.
+- ``_messages``, ``_validation``: message records and the checks done at ``publish()``
+  (publish futures are the core's ``MessageFuture``).
 
 Imports run one way: ``publisher`` -> ``core``.
 """

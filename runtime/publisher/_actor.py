@@ -24,12 +24,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import Actor, Ref
+from runtime.core._future import fail_future, resolve_all
 from runtime.core._publishing import PartlyPublished
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings, Parts
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
-from runtime.publisher._future import fail_future, resolve_all
 from runtime.publisher._intake import Columns, Intake, uncounted
 from runtime.publisher._messages import (
     BatchDone,

@@ -7,8 +7,8 @@ from concurrent.futures import Future
 from itertools import compress
 from typing import Any
 
+from runtime.core._future import fail_future
 from runtime.publisher._flow_control import FlowGate
-from runtime.publisher._future import fail_future
 
 __all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
 

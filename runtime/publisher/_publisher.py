@@ -16,13 +16,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import ActorSystem
+from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._future import MessageFuture
 from runtime.publisher._intake import Intake, reap
 from runtime.publisher._messages import BatchTopic, Flush, Resume, SetOptions
 from runtime.publisher._submit import DRAIN, SEND_NOW, Submitting

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from runtime.core._future import MessageFuture
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._flow_control import FlowGate
-from runtime.publisher._future import MessageFuture
 from runtime.publisher._intake import Intake, Row, reap
 from runtime.publisher._messages import Drain, SendNow
 from runtime.publisher._validation import MAX_MESSAGE_SIZE, closed_error

@@ -8,7 +8,7 @@ thread could do at that moment: it reads the first future of the batch that is n
 resolved yet, the one being resolved. Deterministic, so it needs no second thread.
 Prints how many reads it made and exits 0 after ``batches`` batches. A future whose
 attributes are not all set when it is created dies here by SIGSEGV on CPython 3.11
-(see `runtime.publisher._future`): the two versions before the fix, one building the
+(see `runtime.core._future`): the two versions before the fix, one building the
 instance dict on first use and one adding attributes on first use, both crashed in
 the first 20 batches (under 0.2 s) in every run.
 """
@@ -19,7 +19,7 @@ import gc
 import sys
 from typing import Any
 
-from runtime.publisher._future import MessageFuture, resolve_all
+from runtime.core._future import MessageFuture, resolve_all
 
 BATCH = 400  # more than the interpreter keeps of freed dicts (80): building one collects
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.publisher._future import MessageFuture, resolve_all
+from runtime.core._future import MessageFuture, resolve_all
 
 
 def resolve_later(future: Future[str], value: str, started: threading.Event) -> threading.Thread:

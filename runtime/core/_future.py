@@ -22,7 +22,7 @@ store of an attribute builds the instance's ``__dict__`` instead. That build
 allocates, so it can run a garbage collection whose finalizers switch threads, and a
 second thread can build a second dict from the same array; the interpreter later
 frees it twice. CI crashed so once (SIGSEGV; under gdb, in ``dictresize`` of such a
-dict). `tests/_future_stress.py` reproduces it at once. So the creating thread stores
+dict). `tests/support/future_stress.py` reproduces it at once. So the creating thread stores
 all six attributes, the first future putting their keys in the class's layout: later
 writes replace values in place, and nothing here reads ``__dict__``.
 """
