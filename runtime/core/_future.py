@@ -7,9 +7,15 @@ message, most of them never used, since most publish futures are never waited on
 ``add_done_callback``, ``wait``/``as_completed``, ``repr``), and resolves without it
 when nothing does. Every other behaviour is `Future`'s own.
 
-Why the lock-free resolve is safe: a publish future has one settler (the Publisher),
-and, as in Google Pub/Sub's client, it cannot be cancelled, so nothing else ever
-writes its state. Every reader of the state takes the condition, and the settler
+It is the future of every Publisher message (its id) and of every ``topic.publish``
+(its `Outcome`). With 20,000-100,000 outcomes held, a one-at-a-time ``topic.publish``
+cost its thread 13-22 µs of CPU with the stock future and 7-10 µs with this one: every
+held condition is more for each garbage collection to walk.
+
+Why the lock-free resolve is safe: each future has one settler (the Publisher for an
+id; for an outcome, the ledger's completion of its track, which happens once, under
+the ledger's lock), and, as in Google Pub/Sub's client, it cannot be cancelled, so
+nothing else ever writes its state. Every reader of the state takes the condition, and the settler
 re-checks for a condition after writing the state (CPython's GIL orders these plain
 attribute accesses). A reader that created the condition before that re-check is woken
 under the lock; one that creates it later sees the final state.

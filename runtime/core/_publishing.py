@@ -11,6 +11,7 @@ from typing import Any
 
 from runtime.core._envelope import MESSAGE_ID, Envelope
 from runtime.core._fan_out import FanOut
+from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import Outcome, PublishReport
 from runtime.core._settings import TopicSettings
@@ -156,7 +157,7 @@ class PublishPath(FanOut):
         try:
             slotted = self.admit(deadline)
             envelope = self.envelope(message, key, dict(attributes) if attributes else {})
-            future: Future[Outcome] = Future()
+            future: Future[Outcome] = MessageFuture()
             balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
         except (WouldBlock, TopicClosedError):
             # Refused while waiting (nothing of it was sent): it never entered the topic.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import pytest
 
@@ -230,3 +230,19 @@ def test_delivery_carries_the_object_itself(bus: Bus) -> None:
     assert seen[0].key is None
     assert seen[0].attributes == {}
     assert (seen[0].topic, seen[0].group, seen[0].attempt) == ("orders", "g", 1)
+
+
+def test_an_outcome_future_is_not_cancellable_and_serves_callbacks_and_as_completed() -> None:
+    done: list[Outcome] = []
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        topic.subscribe(lambda d: d.ack(), group="g")
+
+        reports = [topic.publish(n) for n in range(3)]
+        cancelled = reports[0].outcome.cancel()
+        reports[1].outcome.add_done_callback(lambda f: done.append(f.result()))
+        finished = list(as_completed([r.outcome for r in reports], timeout=10))
+
+    assert cancelled is False
+    assert len(finished) == 3 and all(f.result().acked for f in finished)
+    assert done == [Outcome(acked=True, nacks=())]
