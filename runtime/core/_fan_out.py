@@ -104,11 +104,11 @@ class FanOut:
         balanced = {}
         for group, taken in zip(groups, admitted, strict=True):
             if taken == len(envelopes):
-                group.ref.tell(envelopes)
+                group.arrivals.put(envelopes)
                 balanced[group.name] = "enqueued"
                 continue
             if taken > 0:
-                group.ref.tell(envelopes[:taken])
+                group.arrivals.put(envelopes[:taken])
             reason = "dropped" if taken >= 0 else "unsubscribed"
             settled.extend(
                 Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]

@@ -10,6 +10,7 @@ from runtime.errors import WouldBlock
 
 if TYPE_CHECKING:
     from actors import Ref
+    from runtime.core.subscribers._arrivals import Arrivals
 
 __all__ = ["SELF_WAIT", "Gate", "GroupHandle"]
 
@@ -128,11 +129,12 @@ class Gate:
 
 
 class GroupHandle:
-    """What publishers need of a balanced group: its name, actor and room."""
+    """What publishers need of a balanced group: its name, actor, room and arrivals."""
 
-    __slots__ = ("gate", "name", "ref")
+    __slots__ = ("arrivals", "gate", "name", "ref")
 
-    def __init__(self, name: str, ref: Ref, gate: Gate) -> None:
+    def __init__(self, name: str, ref: Ref, gate: Gate, arrivals: Arrivals) -> None:
         self.name = name
         self.ref = ref
         self.gate = gate
+        self.arrivals = arrivals

@@ -13,6 +13,7 @@ from runtime.core.settlement._claims import claim_all
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tranche import hand_over
+from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
 
@@ -39,10 +40,16 @@ class GroupActor(Actor):
         gate: the group's room counter, shared with publishers.
         ledger: the topic's books (for hand-overs and settlements).
         tracker: the tracker actor, the sink of settlements.
+        arrivals: where publishers leave fan-out chunks (None: a new one, for chunks told
+            directly).
     """
 
-    def __init__(self, topic: str, name: str, gate: Gate, ledger: Ledger, tracker: Ref) -> None:
+    def __init__(
+        self, topic: str, name: str, gate: Gate, ledger: Ledger, tracker: Ref,
+        arrivals: Arrivals | None = None,
+    ) -> None:
         super().__init__()
+        self._arrivals = Arrivals() if arrivals is None else arrivals
         self._topic = topic
         self._name = name
         self._gate = gate
@@ -60,7 +67,8 @@ class GroupActor(Actor):
         self._deferred = 0  # mail handled since the last dispatch
 
     def on_receive(self, message: Any) -> Any:
-        """Handle one mailbox message (a list of envelopes is a fan-out chunk).
+        """Handle one mailbox message (`ARRIVED`: fan-out chunks wait in the arrivals;
+        a list of envelopes is one chunk told directly).
 
         The group's books (queue, members, credit) live in this instance, so a restart
         would start empty and strand what waits. A failure here ends the group instead,
@@ -79,14 +87,10 @@ class GroupActor(Actor):
         return None
 
     def _receive(self, message: Any) -> None:
-        if type(message) is list:
-            try:
-                self._accept(message)
-            except Exception:  # what of the chunk it did not queue is nowhere else
-                held = {id(e) for e in self._queue}
-                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
-                self._stranded = [e for e in message if id(e) not in held]
-                raise
+        if message is ARRIVED:
+            self._accept_arrivals(self._arrivals.take())
+        elif type(message) is list:  # a chunk told directly (no arrivals in between)
+            self._accept_arrivals([message])
         elif type(message) is Credit:
             if message.key in self._unsettled:  # else it left: its books went with it
                 self._unsettled[message.key] -= message.count
@@ -109,6 +113,17 @@ class GroupActor(Actor):
         self._deferred = 0
         self._dispatch()
         return
+
+    def _accept_arrivals(self, chunks: list[list[Envelope]]) -> None:
+        for index, chunk in enumerate(chunks):
+            try:
+                self._accept(chunk)
+            except Exception:  # what it took and did not queue is nowhere else
+                held = {id(e) for e in self._queue}
+                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
+                self._stranded = [e for e in chunk if id(e) not in held]
+                self._stranded.extend(e for later in chunks[index + 1:] for e in later)
+                raise
 
     def _accept(self, envelopes: list[Envelope]) -> None:
         if self._ended is not None:

@@ -15,6 +15,7 @@ from actors.errors import ActorError
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._arrivals import Arrivals
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
 from runtime.core.subscribers._gate import Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
@@ -90,12 +91,13 @@ class Subscribers:
             group = self._groups.get(name)
             if group is not None:
                 return group.handle
-            gate = Gate(self._settings.balanced_capacity, name=name)
+            gate, arrivals = Gate(self._settings.balanced_capacity, name=name), Arrivals()
             ref = self._spawn(
-                GroupActor, self._topic, name, gate, self._ledger, self._tracker,
+                GroupActor, self._topic, name, gate, self._ledger, self._tracker, arrivals,
                 name=f"group:{name}.{next(self._keys)}",
             )
-            handle = GroupHandle(name, ref, gate)
+            arrivals.bind(ref)
+            handle = GroupHandle(name, ref, gate, arrivals)
             self._groups[name] = _Group(handle)
             self._handles = [*self._handles, handle]
             return handle
