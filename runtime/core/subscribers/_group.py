@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from itertools import repeat
+from itertools import groupby, repeat
+from operator import itemgetter
 from typing import Any
 
 from actors import Actor, Ref
@@ -20,6 +21,8 @@ from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Le
 __all__ = ["GroupActor"]
 
 logger = logging.getLogger(__name__)
+
+_KEY_OF = itemgetter(KEY)
 
 # Mailbox messages a group handles at most before it dispatches, even while more wait.
 _MAX_DEFERRED = 16
@@ -133,29 +136,24 @@ class GroupActor(Actor):
         if len(members) < 2 or not envelopes:  # one FIFO keeps per-key order for one member
             self._queue.extend(envelopes)
             return
-        keys = [e[KEY] for e in envelopes]
-        alike = keys.count(keys[0]) == len(keys)  # one key or none: an ordered Publisher's batch
-        if alike and keys[0] is None:
-            self._queue.extend(envelopes)
-            return
         try:  # every key hashed before anything moves: a bad chunk is refused whole
-            targets = [
-                members[hash(key) % len(members)].key
-                for key in (keys[:1] if alike else keys) if key is not None
-            ]
+            # Runs of one key, not messages: an ordered Publisher's batch is one key, and
+            # the topic merges a few of them into one chunk (groupby walks it in C).
+            runs = [(key, list(run)) for key, run in groupby(envelopes, _KEY_OF)]
+            count = len(members)
+            targets = [None if key is None else members[hash(key) % count].key
+                       for key, _ in runs]
         except Exception as exc:  # a key that slipped past the boundary's check
             logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
             # "dropped", not "error": a retry would meet the same key (and loop).
             self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
             return
-        buckets = self._buckets
-        if alike:  # the key hashed once, the chunk moved in one call
-            buckets[targets[0]].extend(envelopes)
-            return
-        self._queue.extend(e for e in envelopes if e[KEY] is None)
-        keyed = [e for e in envelopes if e[KEY] is not None]
-        for envelope, target in zip(keyed, targets, strict=True):
-            buckets[target].append(envelope)
+        queue, buckets = self._queue, self._buckets
+        for (_, run), target in zip(runs, targets, strict=True):
+            if target is None:
+                queue.extend(run)
+            else:
+                buckets[target].extend(run)
 
     def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
         if self._ended is not None:
