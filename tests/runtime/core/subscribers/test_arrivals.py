@@ -93,3 +93,34 @@ def test_one_at_a_time_publishes_into_a_busy_group_reach_its_member_in_order() -
     assert seen == list(range(200))
     assert all(outcome.acked for outcome in outcomes)
     assert (stats.published, stats.delivered, stats.pending) == (200, 200, 0)
+
+
+def test_a_group_failing_on_one_chunk_dead_letters_it_and_the_chunks_taken_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.core.settlement._dead_letters import DeadLetterQueue
+    from runtime.core.settlement._ledger import Ledger
+    from runtime.core.subscribers._gate import Gate
+    from runtime.core.subscribers._group import GroupActor
+
+    letters = DeadLetterQueue()
+    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters)
+    arrivals = Arrivals()
+    group = GroupActor("t", "g", Gate(1000), ledger, None, arrivals)  # type: ignore[arg-type]
+    arrivals.bind(_Recorder())  # type: ignore[arg-type]
+    accept = GroupActor._accept
+
+    def accept_but_chunk_two(self: GroupActor, envelopes: list[Any]) -> None:
+        if envelopes[0][0] == 2:
+            raise RuntimeError("books out of order")
+        accept(self, envelopes)
+
+    monkeypatch.setattr(GroupActor, "_accept", accept_but_chunk_two)
+    for number in (1, 2, 3):
+        arrivals.put(_chunk(number))
+
+    group.on_receive(ARRIVED)
+
+    assert [(d.message_id, d.reason) for d in letters] == [("1", "dropped"), ("2", "dropped"),
+                                                           ("3", "dropped")]
+    assert all("books out of order" in (d.error or "") for d in letters)
