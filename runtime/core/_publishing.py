@@ -231,8 +231,8 @@ class PublishPath(FanOut):
 
         A chunk fits both a group's queue and (for a blocking ring) the ring; with
         ``max_pending``, it is as many as there are free slots (waiting for one). A batch
-        is admitted chunk by chunk, not message by message: the same bound, one reservation
-        and one group mailbox message per chunk instead of per message.
+        is admitted chunk by chunk, not message by message: the same bound, and one
+        reservation and one entry in each group's arrivals per chunk instead of per message.
         """
         max_pending, size = self._settings.max_pending, self.chunk
         start = 0

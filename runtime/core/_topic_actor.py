@@ -43,8 +43,8 @@ class TopicActor(Actor):
     more mail waits and the next batch, if as large as the last, would still fit one
     fan-out chunk, a batch waits for it. A run never grows past a chunk, so a batch that
     fits one is still fanned out in one, to one snapshot of destinations. Each fan-out
-    chunk costs a gate, a ledger reservation and one group mailbox message (each a
-    hand-over later), so a few large chunks cost the parent less than many small ones.
+    chunk costs a gate, a ledger reservation and one entry in each group's arrivals
+    (each a hand-over later), so a few large chunks cost the parent less than many small ones.
     Nothing waits once the mailbox is empty, so no latency is added; each batch still
     resolves its own future, in order.
 
