@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from itertools import groupby, repeat
-from operator import itemgetter
+from itertools import repeat
 from typing import Any
 
 from actors import Actor, Ref
@@ -17,12 +16,11 @@ from runtime.core.settlement._tranche import hand_over
 from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
+from runtime.core.subscribers._key_routing import sort_by_key
 
 __all__ = ["GroupActor"]
 
 logger = logging.getLogger(__name__)
-
-_KEY_OF = itemgetter(KEY)
 
 # Mailbox messages a group handles at most before it dispatches, even while more wait.
 _MAX_DEFERRED = 16
@@ -137,23 +135,12 @@ class GroupActor(Actor):
             self._queue.extend(envelopes)
             return
         try:  # every key hashed before anything moves: a bad chunk is refused whole
-            # Runs of one key, not messages: an ordered Publisher's batch is one key, and
-            # the topic merges a few of them into one chunk (groupby walks it in C).
-            runs = [(key, list(run)) for key, run in groupby(envelopes, _KEY_OF)]
-            count = len(members)
-            targets = [None if key is None else members[hash(key) % count].key
-                       for key, _ in runs]
+            sort_by_key(envelopes, [m.key for m in members], self._queue, self._buckets)
         except Exception as exc:  # a key that slipped past the boundary's check
             logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
             # "dropped", not "error": a retry would meet the same key (and loop).
             self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
             return
-        queue, buckets = self._queue, self._buckets
-        for (_, run), target in zip(runs, targets, strict=True):
-            if target is None:
-                queue.extend(run)
-            else:
-                buckets[target].extend(run)
 
     def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
         if self._ended is not None:
