@@ -8,6 +8,7 @@ of group ``analytics`` through the broker endpoint with ``trigger(availableNow=T
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -26,6 +27,10 @@ __all__ = ["SparkStage", "SparkSummary"]
 KEY_ENV = "ACTORBUS_DEMO_AUTHKEY"
 ORDER_SCHEMA = "order_id long, customer string, amount_cents long, currency string, items int"
 QUERY_TIMEOUT = 180.0
+# Longest wait for Spark's listeners to see a finished query's last events.
+LISTENER_WAIT = 10.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,11 +95,27 @@ class SparkStage:
                     raise RuntimeError(f"the Spark query did not finish within {QUERY_TIMEOUT:.0f}s")
             finally:
                 query.stop()
+                self._await_listeners()
             progress = query.recentProgress
         return SparkSummary(
             rows_in=sum(int(p["numInputRows"]) for p in progress),
             rows_out=sum(int(p["sink"].get("numOutputRows", 0) or 0) for p in progress),
             seconds=time.perf_counter() - started)
+
+    def _await_listeners(self) -> None:
+        """Wait (at most `LISTENER_WAIT` s) until Spark handed its listeners every event.
+
+        Spark posts a query's last progress event before ``awaitTermination`` returns but
+        hands it to listeners later, on its own thread: the progress listener's ack of the
+        last batch then found the broker closed and logged "could not ack a committed
+        batch" at the end of every demo. ``waitUntilEmpty`` is Spark's own (JVM side, not
+        in PySpark's API), so a Spark without it only skips the wait.
+        """
+        try:
+            self._session.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(
+                int(LISTENER_WAIT * 1000))
+        except Exception as exc:  # py4j errors: no such method, or the wait timed out
+            logger.debug("could not wait for Spark's listener bus: %s", exc)
 
     def _stop(self) -> None:
         if self._session is not None:
