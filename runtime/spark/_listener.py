@@ -60,6 +60,13 @@ class AckOnProgress(StreamingQueryListener):
         """Ack below one source's end offset if it is an actorbus offset; never raises."""
         try:
             ack_end_offset(end_offset)
+        except ConnectionError as exc:
+            # The broker is gone: most often closed right after a query that finished
+            # (availableNow, once), before Spark handed this event over. Nothing to do:
+            # the lease ends with that broker, or returns to the group after
+            # lease_seconds on one that comes back (at-least-once).
+            logger.info("actorbus: a committed batch was not acked, the broker is "
+                        "unreachable: %s", exc)
         except Exception as exc:  # the next batch's latestOffset acks it anyway
             logger.warning("actorbus: could not ack a committed batch: %s", exc)
 
