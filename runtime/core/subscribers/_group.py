@@ -41,16 +41,14 @@ class GroupActor(Actor):
         gate: the group's room counter, shared with publishers.
         ledger: the topic's books (for hand-overs and settlements).
         tracker: the tracker actor, the sink of settlements.
-        arrivals: where publishers leave fan-out chunks (None: a new one, for chunks told
-            directly).
+        arrivals: where publishers leave fan-out chunks (see `Arrivals`).
     """
 
     def __init__(
-        self, topic: str, name: str, gate: Gate, ledger: Ledger, tracker: Ref,
-        arrivals: Arrivals | None = None,
+        self, topic: str, name: str, gate: Gate, ledger: Ledger, tracker: Ref, arrivals: Arrivals,
     ) -> None:
         super().__init__()
-        self._arrivals = Arrivals() if arrivals is None else arrivals
+        self._arrivals = arrivals
         self._topic = topic
         self._name = name
         self._gate = gate
@@ -68,8 +66,7 @@ class GroupActor(Actor):
         self._deferred = 0  # mail handled since the last dispatch
 
     def on_receive(self, message: Any) -> Any:
-        """Handle one mailbox message (`ARRIVED`: fan-out chunks wait in the arrivals;
-        a list of envelopes is one chunk told directly).
+        """Handle one mailbox message (`ARRIVED`: fan-out chunks wait in the arrivals).
 
         The group's books (queue, members, credit) live in this instance, so a restart
         would start empty and strand what waits. A failure here ends the group instead,
@@ -90,8 +87,6 @@ class GroupActor(Actor):
     def _receive(self, message: Any) -> None:
         if message is ARRIVED:
             self._accept_arrivals(self._arrivals.take())
-        elif type(message) is list:  # a chunk told directly (no arrivals in between)
-            self._accept_arrivals([message])
         elif type(message) is Credit:
             if message.key in self._unsettled:  # else it left: its books went with it
                 self._unsettled[message.key] -= message.count

@@ -98,16 +98,15 @@ def test_one_at_a_time_publishes_into_a_busy_group_reach_its_member_in_order() -
 def test_a_group_failing_on_one_chunk_dead_letters_it_and_the_chunks_taken_with_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from support.groups import bare_group
+
     from runtime.core.settlement._dead_letters import DeadLetterQueue
     from runtime.core.settlement._ledger import Ledger
-    from runtime.core.subscribers._gate import Gate
     from runtime.core.subscribers._group import GroupActor
 
     letters = DeadLetterQueue()
-    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters)
-    arrivals = Arrivals()
-    group = GroupActor("t", "g", Gate(1000), ledger, None, arrivals)  # type: ignore[arg-type]
-    arrivals.bind(_Recorder())  # type: ignore[arg-type]
+    group = bare_group(Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters))
+    arrivals = group._arrivals
     accept = GroupActor._accept
 
     def accept_but_chunk_two(self: GroupActor, envelopes: list[Any]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.groups import bare_group, publish_chunk
 from support.reliability import append_line, read_lines
 
 from runtime import Bus, Delivery
@@ -179,13 +180,10 @@ class _Recorder:
 def _bare_group(*members: _Recorder) -> tuple[Any, Any]:
     from runtime.core.settlement._dead_letters import DeadLetterQueue
     from runtime.core.settlement._ledger import Ledger
-    from runtime.core.subscribers._gate import Gate
-    from runtime.core.subscribers._group import GroupActor
     from runtime.core.subscribers._group_mail import Join
 
     letters = DeadLetterQueue()
-    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters)
-    group = GroupActor("t", "g", Gate(1000), ledger, tracker=None)  # type: ignore[arg-type]
+    group = bare_group(Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters))
     for member in members:
         group.on_receive(Join(member))
     return group, letters
@@ -196,8 +194,8 @@ def test_a_chunk_with_an_unhashable_key_is_dead_lettered_whole_and_the_group_ser
     group, letters = _bare_group(first, second)
     bad = [(1, "1", "a", None, {}, "t", None), (2, "2", "b", ["x"], {}, "t", None)]  # type: ignore[list-item]
 
-    group.on_receive(bad)
-    group.on_receive([(3, "3", "c", "k", {}, "t", None)])
+    publish_chunk(group, bad)
+    publish_chunk(group, [(3, "3", "c", "k", {}, "t", None)])
 
     assert [(d.message_id, d.reason) for d in letters] == [("1", "dropped"), ("2", "dropped")]
     assert all("unhashable" in (d.error or "") for d in letters)
@@ -209,7 +207,7 @@ def test_equal_loads_take_turns_and_the_least_loaded_member_goes_first() -> None
     group, _ = _bare_group(first, second)
 
     for n in range(4):
-        group.on_receive([(n, str(n), n, None, {}, "t", None)])
+        publish_chunk(group, [(n, str(n), n, None, {}, "t", None)])
 
     assert sorted([*first.got, *second.got]) == [[0], [1], [2], [3]]
     assert len(first.got) == len(second.got) == 2

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+from support.groups import bare_group, publish_chunk
+
 from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
 from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import Join
 from runtime.core.subscribers._workers import (
@@ -124,7 +125,7 @@ class _Member:
 
 def _group(*members: _Member) -> GroupActor:
     ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=DeadLetterQueue())
-    group = GroupActor("t", "g", Gate(1000), ledger, tracker=None)  # type: ignore[arg-type]
+    group = bare_group(ledger)
     for member in members:
         group.on_receive(Join(member))
     return group
@@ -136,7 +137,7 @@ def _chunk(start: int) -> list[Envelope]:
 
 def test_a_chunk_is_split_evenly_unless_every_member_prefers_it_whole() -> None:
     slow, other = _Member(1, whole=False), _Member(2, whole=True)
-    _group(slow, other).on_receive(_chunk(0))
+    publish_chunk(_group(slow, other), _chunk(0))
 
     assert (slow.sizes, other.sizes) == ([50], [50])
 
@@ -146,7 +147,7 @@ def test_cheap_members_take_whole_chunks_in_turn() -> None:
     group = _group(first, second)
 
     for start in (0, 100, 200, 300):
-        group.on_receive(_chunk(start))
+        publish_chunk(group, _chunk(start))
 
     assert (first.sizes, second.sizes) == ([100, 100], [100, 100])
 
