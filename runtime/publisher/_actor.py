@@ -31,6 +31,7 @@ from runtime.publisher._batching import Batch, Batcher, BatchSettings, Parts
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
 from runtime.publisher._intake import Columns, Intake, uncounted
+from runtime.publisher._lanes import COLUMNS_FROM, lanes_of, pick, rows_by_key
 from runtime.publisher._messages import (
     BatchDone,
     BatchTopic,
@@ -133,17 +134,19 @@ class PublisherActor(Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        if self._ordering:  # one call per key: a key's messages keep their order
-            lanes: dict[str | None, list[Parts]] = {}
-            for row in zip(datas, attributes, keys, futures, sizes, strict=True):
-                lanes.setdefault(row[2], []).append(row)
-            for key, rows in lanes.items():
-                self._publish(key, rows)
+        if not self._ordering:
+            self._publish(None, datas, attributes, keys, futures, sizes)
             return
-        for batch in self._batcher.add_columns(None, datas, attributes, keys, futures, sizes):
-            self._close(batch)  # one lane: the burst is sliced into batches
-        if self._tick_at is None:
-            self._arm()
+        distinct = set(keys)  # one lane per key: a key's messages keep their order
+        if len(distinct) == 1:
+            self._publish(keys[0], datas, attributes, keys, futures, sizes)
+        elif len(keys) >= COLUMNS_FROM * len(distinct):
+            for key, at in lanes_of(keys).items():
+                self._publish(key, pick(datas, at), pick(attributes, at), pick(keys, at),
+                              pick(futures, at), pick(sizes, at))
+        else:
+            for key, rows in rows_by_key((datas, attributes, keys, futures, sizes), 2).items():
+                self._publish_rows(key, rows)
 
     def _take(self, *, seal: bool) -> Columns:
         """The intake's messages, each counted by the gate from here on (`_settle` and
@@ -155,16 +158,34 @@ class PublisherActor(Actor):
                 gate.count_in(*uncounted(columns[4], columns[5]))
         return columns
 
-    def _publish(self, key: str | None, rows: list[Parts]) -> None:
+    def _publish(
+        self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
+        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
+    ) -> None:
+        """Add one lane's messages (parallel lists) to its open batch; close what fills."""
         if key is not None and self._sequencer.is_paused(key):
-            for parts in rows:
-                fail_future(parts[3], OrderingKeyPausedError(key))
-                self._gate.release(1, parts[4])
+            self._refuse_paused(key, futures, sum(sizes))
+            return
+        for batch in self._batcher.add_columns(key, datas, attributes, keys, futures, sizes):
+            self._close(batch)  # the burst is sliced into batches
+        if self._tick_at is None:
+            self._arm()
+
+    def _publish_rows(self, key: str | None, rows: list[Parts]) -> None:
+        """`_publish` for a lane given as rows (a short lane: see `COLUMNS_FROM`)."""
+        if key is not None and self._sequencer.is_paused(key):
+            self._refuse_paused(key, [row[3] for row in rows], sum(row[4] for row in rows))
             return
         for batch in self._batcher.add_many(key, rows):
             self._close(batch)
         if self._tick_at is None:
             self._arm()
+
+    def _refuse_paused(self, key: str, futures: list[Future[str]], nbytes: int) -> None:
+        error = OrderingKeyPausedError(key)
+        for future in futures:
+            fail_future(future, error)
+        self._gate.release(len(futures), nbytes)
 
     def _arm(self) -> None:
         """Ask the ticker for the earliest open batch's deadline, if it is earlier."""

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 import pytest
 from support.publisher import FakeTopic
 
 from actors import ActorSystem
+from runtime.core._message import Message
 from runtime.errors import (
     OrderingKeyPausedError,
     PublishError,
     TopicClosedError,
 )
+from runtime.publisher import _actor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_settings import FlowControl
+from runtime.publisher._lanes import COLUMNS_FROM, lanes_of
 from runtime.publisher._publisher import Publisher
 
 ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)
@@ -191,3 +195,54 @@ def test_a_paused_key_is_refused_under_flow_control_too(system: ActorSystem) -> 
     assert other.result(timeout=5.0) == "fake-1"
     assert pub.outstanding == (0, 0)
     pub.close(timeout=5.0)
+
+
+class _GatedTopic(FakeTopic):
+    """Blocks the Publisher actor inside its first send until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
+        self.entered.set()
+        if not self.gate.wait(10.0):
+            raise AssertionError("the test never opened the gate")
+        return super()._publish_batch(messages)
+
+
+@pytest.mark.parametrize("per_key", [3, COLUMNS_FROM + 6])
+def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
+    system: ActorSystem, monkeypatch: pytest.MonkeyPatch, per_key: int,
+) -> None:
+    # The actor is held inside its first send while 16 keys' messages pile up in the
+    # intake, so it takes them in one drain: short lanes go row by row, long ones
+    # (COLUMNS_FROM per key on average) as columns. Both must cut the same batches.
+    split: list[int] = []
+    monkeypatch.setattr(_actor, "lanes_of", lambda keys: split.append(len(keys)) or lanes_of(keys))
+    topic = _GatedTopic()
+    keys = [f"k{n}" for n in range(16)]
+    with Publisher(topic, system=system, batching=BatchSettings(max_messages=5, max_latency=60.0),
+                   message_ordering=True) as pub:
+        first = [pub.publish(b"w%d" % n, ordering_key="warm") for n in range(5)]
+        assert topic.entered.wait(5.0)
+        burst = [(pub.publish(b"%s-%d" % (key.encode(), n), ordering_key=key), key, n)
+                 for n in range(per_key) for key in keys]
+        topic.gate.set()
+        pub.flush(timeout=10.0)
+
+    assert split == ([16 * per_key] if per_key >= COLUMNS_FROM else [])
+    assert [f.result(timeout=0) for f in first] == [f"fake-{n}" for n in range(1, 6)]
+    batches = keys_and_data(topic)[1:]
+    assert all(len({key for key, _ in batch}) == 1 for batch in batches)
+    assert [len(batch) for batch in batches] == sorted(
+        [5] * (16 * (per_key // 5)) + [per_key % 5] * (16 if per_key % 5 else 0), reverse=True)
+    for key in keys:  # each key's messages in publish order, cut every 5
+        datas = [data for batch in batches if batch[0][0] == key for _, data in batch]
+        assert datas == [b"%s-%d" % (key.encode(), n) for n in range(per_key)]
+    ids = {f"fake-{n}" for n in range(6, 6 + 16 * per_key)}
+    assert {future.result(timeout=0) for future, _, _ in burst} == ids
+    for key in keys:  # a key's ids ascend in publish order (its batches go out in order)
+        own = [int(f.result(timeout=0).split("-")[1]) for f, k, _ in burst if k == key]
+        assert own == sorted(own)
