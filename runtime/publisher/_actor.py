@@ -27,11 +27,11 @@ from actors import Actor, Ref
 from runtime.core._future import fail_future, resolve_all
 from runtime.core._publishing import PartlyPublished
 from runtime.errors import OrderingKeyPausedError, PublishError
-from runtime.publisher._batching import Batch, Batcher, BatchSettings, Parts
+from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
 from runtime.publisher._intake import Columns, Intake, uncounted
-from runtime.publisher._lanes import COLUMNS_FROM, lanes_of, pick, rows_by_key
+from runtime.publisher._lanes import Lanes
 from runtime.publisher._messages import (
     BatchDone,
     BatchTopic,
@@ -87,6 +87,7 @@ class PublisherActor(Actor):
         self._clock = clock
         self._batcher = Batcher(batching, clock=clock)
         self._sequencer = KeySequencer()
+        self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
         self._in_flight: dict[int, Future[list[str]]] = {}  # sent: the topic's futures
         self._barriers = FlushBarriers()
@@ -134,19 +135,11 @@ class PublisherActor(Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        if not self._ordering:
-            self._publish(None, datas, attributes, keys, futures, sizes)
-            return
-        distinct = set(keys)  # one lane per key: a key's messages keep their order
-        if len(distinct) == 1:
-            self._publish(keys[0], datas, attributes, keys, futures, sizes)
-        elif len(keys) >= COLUMNS_FROM * len(distinct):
-            for key, at in lanes_of(keys).items():
-                self._publish(key, pick(datas, at), pick(attributes, at), pick(keys, at),
-                              pick(futures, at), pick(sizes, at))
-        else:
-            for key, rows in rows_by_key((datas, attributes, keys, futures, sizes), 2).items():
-                self._publish_rows(key, rows)
+        for batch in self._lanes.add(datas, attributes, keys, futures, sizes,
+                                     ordering=self._ordering):
+            self._close(batch)
+        if self._tick_at is None:
+            self._arm()
 
     def _take(self, *, seal: bool) -> Columns:
         """The intake's messages, each counted by the gate from here on (`_settle` and
@@ -157,35 +150,6 @@ class PublisherActor(Actor):
             if columns[3]:
                 gate.count_in(*uncounted(columns[4], columns[5]))
         return columns
-
-    def _publish(
-        self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
-    ) -> None:
-        """Add one lane's messages (parallel lists) to its open batch; close what fills."""
-        if key is not None and self._sequencer.is_paused(key):
-            self._refuse_paused(key, futures, sum(sizes))
-            return
-        for batch in self._batcher.add_columns(key, datas, attributes, keys, futures, sizes):
-            self._close(batch)  # the burst is sliced into batches
-        if self._tick_at is None:
-            self._arm()
-
-    def _publish_rows(self, key: str | None, rows: list[Parts]) -> None:
-        """`_publish` for a lane given as rows (a short lane: see `COLUMNS_FROM`)."""
-        if key is not None and self._sequencer.is_paused(key):
-            self._refuse_paused(key, [row[3] for row in rows], sum(row[4] for row in rows))
-            return
-        for batch in self._batcher.add_many(key, rows):
-            self._close(batch)
-        if self._tick_at is None:
-            self._arm()
-
-    def _refuse_paused(self, key: str, futures: list[Future[str]], nbytes: int) -> None:
-        error = OrderingKeyPausedError(key)
-        for future in futures:
-            fail_future(future, error)
-        self._gate.release(len(futures), nbytes)
 
     def _arm(self) -> None:
         """Ask the ticker for the earliest open batch's deadline, if it is earlier."""

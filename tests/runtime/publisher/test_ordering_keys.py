@@ -15,7 +15,7 @@ from runtime.errors import (
     PublishError,
     TopicClosedError,
 )
-from runtime.publisher import _actor
+from runtime.publisher import _lanes
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_settings import FlowControl
 from runtime.publisher._lanes import COLUMNS_FROM, lanes_of
@@ -220,7 +220,7 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
     # intake, so it takes them in one drain: short lanes go row by row, long ones
     # (COLUMNS_FROM per key on average) as columns. Both must cut the same batches.
     split: list[int] = []
-    monkeypatch.setattr(_actor, "lanes_of", lambda keys: split.append(len(keys)) or lanes_of(keys))
+    monkeypatch.setattr(_lanes, "lanes_of", lambda keys: split.append(len(keys)) or lanes_of(keys))
     topic = _GatedTopic()
     keys = [f"k{n}" for n in range(16)]
     with Publisher(topic, system=system, batching=BatchSettings(max_messages=5, max_latency=60.0),
@@ -246,3 +246,53 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
     for key in keys:  # a key's ids ascend in publish order (its batches go out in order)
         own = [int(f.result(timeout=0).split("-")[1]) for f, k, _ in burst if k == key]
         assert own == sorted(own)
+
+
+class _KeyGatedTopic(FakeTopic):
+    """Holds every batch; blocks the Publisher actor inside the send of key B's batch."""
+
+    def __init__(self) -> None:
+        super().__init__(hold=True)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
+        if messages[0].ordering_key == "B":
+            self.entered.set()
+            if not self.gate.wait(10.0):
+                raise AssertionError("the test never opened the gate")
+        return super()._publish_batch(messages)
+
+
+@pytest.mark.parametrize("per_key", [2, COLUMNS_FROM + 6])
+def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_capacity(
+    system: ActorSystem, per_key: int,
+) -> None:
+    # Key A's batch fails while A's next messages wait in the intake, taken only after
+    # the actor learned of the failure: they fail with OrderingKeyPausedError (rows or
+    # columns, by burst size) and free their flow-control capacity; key C carries on.
+    topic = _KeyGatedTopic()
+    pub = Publisher(topic, system=system, batching=BatchSettings(max_latency=0),
+                    message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000))
+    failing = pub.publish(b"a0", ordering_key="A")
+    topic.wait_for_held(1)
+    blocker = pub.publish(b"b0", ordering_key="B")
+    assert topic.entered.wait(5.0)  # the actor is inside B's send
+    topic.fail(TopicClosedError("fake"))  # A's batch fails: the actor hears of it next
+    queued = [pub.publish(b"a%d" % n, ordering_key="A") for n in range(1, per_key + 1)]
+    others = [pub.publish(b"c%d" % n, ordering_key="C") for n in range(per_key)]
+    topic.gate.set()
+
+    assert isinstance(failing.exception(timeout=5.0), TopicClosedError)
+    for future in queued:
+        assert isinstance(future.exception(timeout=5.0), OrderingKeyPausedError)
+    for _ in range(1 + per_key):  # B's batch, then C's, one in flight per key
+        topic.wait_for_held(1)
+        topic.confirm()
+    assert blocker.result(timeout=5.0) == "fake-1"
+    assert [f.result(timeout=5.0) for f in others] == [f"fake-{n}" for n in range(2, per_key + 2)]
+    assert [[m.data for m in batch] for batch in topic.batches if batch[0].ordering_key != "B"] \
+        == [[b"a0"]] + [[b"c%d" % n] for n in range(per_key)]
+    assert pub.paused_keys() == ["A"]
+    assert pub.outstanding == (0, 0)
+    pub.close(timeout=5.0)
