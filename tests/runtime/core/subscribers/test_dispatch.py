@@ -14,6 +14,7 @@ from support.groups import bare_group, publish_chunk
 from support.reliability import append_line, read_lines
 
 from runtime import Bus, Delivery
+from runtime.core.subscribers._arrivals import ARRIVED
 from runtime.errors import InvalidSettingsError, WouldBlock
 
 
@@ -200,6 +201,50 @@ def test_a_chunk_with_an_unhashable_key_is_dead_lettered_whole_and_the_group_ser
     assert [(d.message_id, d.reason) for d in letters] == [("1", "dropped"), ("2", "dropped")]
     assert all("unhashable" in (d.error or "") for d in letters)
     assert first.got + second.got == [["c"]]
+
+
+def _envelope(seq: int, key: Any) -> Any:
+    return (seq, str(seq), f"m{seq}", key, {}, "t", None)
+
+
+def _take_burst(group: Any, chunks: list[list[Any]]) -> None:
+    """Chunks that arrived together (one-at-a-time publishes while the group was busy)."""
+    for chunk in chunks:
+        group._arrivals.put(chunk)
+    group.on_receive(ARRIVED)
+
+
+def test_a_burst_of_keyed_chunks_reaches_each_key_s_member_in_publish_order() -> None:
+    first, second = _Recorder(1, window=64), _Recorder(2, window=64)
+    group, letters = _bare_group(first, second)
+    keys = [f"k{n % 5}" for n in range(40)]
+
+    _take_burst(group, [[_envelope(n, key)] for n, key in enumerate(keys)])
+
+    got = [m for batch in first.got + second.got for m in batch]
+    assert sorted(got, key=lambda m: int(m[1:])) == [f"m{n}" for n in range(40)]
+    for member in (first, second):  # a key lives on one member, in publish order
+        mine = [m for batch in member.got for m in batch]
+        for key in {keys[int(m[1:])] for m in mine}:
+            own = [int(m[1:]) for m in mine if keys[int(m[1:])] == key]
+            assert own == [n for n in range(40) if keys[n] == key]
+    assert not list(letters)
+
+
+def test_a_burst_with_an_unhashable_key_refuses_only_that_chunk() -> None:
+    first, second = _Recorder(1, window=64), _Recorder(2, window=64)
+    group, letters = _bare_group(first, second)
+    chunks = [[_envelope(1, "a")], [_envelope(2, None), _envelope(3, ["x"])],
+              [_envelope(4, "a")], [_envelope(5, None)]]
+
+    _take_burst(group, chunks)
+
+    assert [(d.message_id, d.reason) for d in letters] == [("2", "dropped"), ("3", "dropped")]
+    assert all("unhashable" in (d.error or "") for d in letters)
+    got = [m for batch in first.got + second.got for m in batch]
+    assert sorted(got) == ["m1", "m4", "m5"]
+    holder = first if "m1" in [m for b in first.got for m in b] else second
+    assert [m for b in holder.got for m in b if m in ("m1", "m4")] == ["m1", "m4"]
 
 
 def test_equal_loads_take_turns_and_the_least_loaded_member_goes_first() -> None:
