@@ -12,9 +12,10 @@ as the practical limit (``/queue``), two fork processes fed lists of 100 through
 ``multiprocessing.Queue`` that answer each list with its length.
 
 Rows against the plain path, in the same rounds: ``/max_pending`` (a topic with
-``max_pending=100000``, never reached) and ``/ordered_fc`` (``message_ordering`` with 16
-keys under ``FlowControl(max_outstanding_messages=1000)``). ``/publish1`` publishes with
-``topic.publish`` one message at a time against ``ProcessPoolExecutor.submit`` per message.
+``max_pending=100000``, never reached), ``/ordered`` (``message_ordering`` with 16 keys)
+and ``/ordered_fc`` (the same under ``FlowControl(max_outstanding_messages=1000)``).
+``/publish1`` publishes with ``topic.publish`` one message at a time against
+``ProcessPoolExecutor.submit`` per message.
 
 Every side sends distinct 100-byte messages (`benchmarks._measure.payloads`) to a trivial
 function. The fork children are started before the bus starts its threads.
@@ -178,12 +179,13 @@ def _check(handled: int, count: int) -> None:
 
 
 class _Ours:
-    """Our sides: the plain topic, one with ``max_pending``, an ordered Publisher, the kernel."""
+    """Our sides: the plain topic, one with ``max_pending``, ordered Publishers, the kernel."""
 
     def __init__(self, bus: Bus) -> None:
         self.topic = bus.create_topic("bench-pipeline-pool")
         self.topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
         self.publisher = self.topic.publisher()
+        self.keyed = self.topic.publisher(message_ordering=True)
         self.ordered = self.topic.publisher(
             message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000),
         )
@@ -211,6 +213,7 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
         medians = interleave({
             "ours": _rate(messages, run_pipeline, ours.topic, ours.publisher),
             "bounded": _rate(messages, run_pipeline, ours.bounded, ours.bounded_publisher),
+            "keyed": _rate(messages, _run_ordered, ours.topic, ours.keyed),
             "ordered": _rate(messages, _run_ordered, ours.topic, ours.ordered),
             "executor": _rate(messages, _run_executor, executor),
             "pool": _rate(messages, _run_pool, pool),
@@ -230,6 +233,8 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
                    baseline="fork mp.Queue, 2 procs, lists of 100 (limit)"),
         Comparison(value=medians["bounded"], baseline_value=ours_rate, suffix="max_pending",
                    baseline="the plain path (max_pending=100000 never reached)", target=0.8),
+        Comparison(value=medians["keyed"], baseline_value=ours_rate, suffix="ordered",
+                   baseline="the plain path (16 keys, message_ordering)", target=0.8),
         Comparison(value=medians["ordered"], baseline_value=ours_rate, suffix="ordered_fc",
                    baseline="the plain path (16 keys, FlowControl 1000 msgs)", target=0.8),
         Comparison(value=medians["publish1"], baseline_value=medians["submit1"], suffix="publish1",
