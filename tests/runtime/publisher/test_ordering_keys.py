@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
@@ -198,17 +199,21 @@ def test_a_paused_key_is_refused_under_flow_control_too(system: ActorSystem) -> 
 
 
 class _GatedTopic(FakeTopic):
-    """Blocks the Publisher actor inside its first send until ``gate`` is set."""
+    """Blocks the Publisher actor inside each send of a batch ``blocks`` picks (by default
+    every one) until the test sets ``gate``; ``hold`` as `FakeTopic`'s."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, blocks: Callable[[list[Message]], bool] = lambda _: True, *,
+                 hold: bool = False) -> None:
+        super().__init__(hold=hold)
+        self.blocks = blocks
         self.entered = threading.Event()
         self.gate = threading.Event()
 
     def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
-        self.entered.set()
-        if not self.gate.wait(10.0):
-            raise AssertionError("the test never opened the gate")
+        if self.blocks(messages):
+            self.entered.set()
+            if not self.gate.wait(10.0):
+                raise AssertionError("the test never opened the gate")
         return super()._publish_batch(messages)
 
 
@@ -248,22 +253,6 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
         assert own == sorted(own)
 
 
-class _KeyGatedTopic(FakeTopic):
-    """Holds every batch; blocks the Publisher actor inside the send of key B's batch."""
-
-    def __init__(self) -> None:
-        super().__init__(hold=True)
-        self.entered = threading.Event()
-        self.gate = threading.Event()
-
-    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
-        if messages[0].ordering_key == "B":
-            self.entered.set()
-            if not self.gate.wait(10.0):
-                raise AssertionError("the test never opened the gate")
-        return super()._publish_batch(messages)
-
-
 @pytest.mark.parametrize("per_key", [2, COLUMNS_FROM + 6])
 def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_capacity(
     system: ActorSystem, per_key: int,
@@ -271,7 +260,7 @@ def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_cap
     # Key A's batch fails while A's next messages wait in the intake, taken only after
     # the actor learned of the failure: they fail with OrderingKeyPausedError (rows or
     # columns, by burst size) and free their flow-control capacity; key C carries on.
-    topic = _KeyGatedTopic()
+    topic = _GatedTopic(lambda messages: messages[0].ordering_key == "B", hold=True)
     pub = Publisher(topic, system=system, batching=BatchSettings(max_latency=0),
                     message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000))
     failing = pub.publish(b"a0", ordering_key="A")
