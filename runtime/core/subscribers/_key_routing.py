@@ -12,12 +12,12 @@ from runtime.core._envelope import KEY, Envelope
 __all__ = ["UnsortableKeys", "sort_by_key", "take_share"]
 
 _KEY_OF = itemgetter(KEY)
+# A chunk with fewer key changes than this share of its messages moves run by run.
+_RUNS_SHARE = 8
 
 
 class UnsortableKeys(TypeError):
     """A key of the chunk does not hash: nothing of the chunk moved."""
-# A chunk with fewer key changes than this share of its messages moves run by run.
-_RUNS_SHARE = 8
 
 
 def sort_by_key(
