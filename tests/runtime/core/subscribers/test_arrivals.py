@@ -109,10 +109,10 @@ def test_a_group_failing_on_one_chunk_dead_letters_it_and_the_chunks_taken_with_
     arrivals = group._arrivals
     accept = GroupActor._accept
 
-    def accept_but_chunk_two(self: GroupActor, envelopes: list[Any], **options: Any) -> None:
+    def accept_but_chunk_two(self: GroupActor, envelopes: list[Any]) -> None:
         if any(envelope[0] == 2 for envelope in envelopes):
             raise RuntimeError("books out of order")
-        accept(self, envelopes, **options)
+        accept(self, envelopes)
 
     monkeypatch.setattr(GroupActor, "_accept", accept_but_chunk_two)
     for number in (1, 2, 3):

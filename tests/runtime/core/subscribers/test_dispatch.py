@@ -231,6 +231,25 @@ def test_a_burst_of_keyed_chunks_reaches_each_key_s_member_in_publish_order() ->
     assert not list(letters)
 
 
+def test_chunks_that_arrive_together_are_sorted_in_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.core.subscribers import _group
+
+    calls: list[int] = []
+    sort = _group.sort_by_key
+    monkeypatch.setattr(_group, "sort_by_key",
+                        lambda envelopes, *rest: calls.append(len(envelopes)) or sort(envelopes, *rest))
+    first, second = _Recorder(1, window=64), _Recorder(2, window=64)
+    group, _ = _bare_group(first, second)
+
+    _take_burst(group, [[_envelope(n, f"k{n % 3}")] for n in range(30)])
+    _take_burst(group, [[_envelope(30, "k0")]])
+
+    assert calls == [30, 1]
+    assert sorted(m for b in first.got + second.got for m in b) == sorted(f"m{n}" for n in range(31))
+
+
 def test_a_burst_with_an_unhashable_key_refuses_only_that_chunk() -> None:
     first, second = _Recorder(1, window=64), _Recorder(2, window=64)
     group, letters = _bare_group(first, second)
