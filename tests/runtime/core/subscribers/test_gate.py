@@ -69,3 +69,42 @@ def test_closing_wakes_a_waiting_chunk_with_a_refusal() -> None:
 
     assert results == [False]
     assert gate.try_acquire(1) == -1
+
+
+class _CountingCondition(threading.Condition):
+    """A condition that counts its ``notify_all`` calls."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock())
+        self.wakes = 0
+
+    def notify_all(self) -> None:
+        self.wakes += 1
+        super().notify_all()
+
+
+def test_a_release_that_leaves_the_queue_full_wakes_nobody() -> None:
+    gate = Gate(4)
+    gate._changed = condition = _CountingCondition()
+    gate.acquire(3, None)
+    gate.acquire(3, None)  # 6 queued of 4
+    taken = threading.Event()
+
+    def publish() -> None:
+        gate.acquire(2, time.monotonic() + 10)
+        taken.set()
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        while gate._waiting == 0:  # the publisher is waiting for room
+            with condition:
+                pass
+        gate.release(1)  # 5 of 4: still full, the waiter could not go in
+        gate.release(1)  # 4 of 4: still full
+        assert condition.wakes == 0 and not taken.is_set()
+        gate.release(1)  # 3 of 4: room
+    finally:
+        publisher.join(timeout=10)
+
+    assert condition.wakes == 1 and taken.is_set() and gate.used == 5
