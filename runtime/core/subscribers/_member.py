@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._group_mail import Credit
 
 __all__ = ["MemberActor", "Seat", "ThreadEndpoint", "run_handler"]
@@ -40,10 +40,11 @@ def run_handler(
     behind slow ones are not expired unseen.
     """
     pending = handover.pending
-    handover.open_buffer()
+    buffer = handover.open_buffer()
     try:
         for delivery in deliveries:
-            if delivery._index not in pending:
+            index = delivery._index
+            if index not in pending:
                 continue
             if renew is not None:
                 renew(handover)
@@ -55,8 +56,11 @@ def run_handler(
                 cause = (type(exc).__qualname__, traceback.format_exc())
                 delivery._fail_if_pending("error", str(exc) or type(exc).__name__, cause)
             else:
-                if auto_ack:
-                    delivery._ack_if_pending()
+                # `Delivery._ack_if_pending`, inlined (this thread owns the buffer): the
+                # per-message path of every member and worker.
+                if auto_ack and pending.pop(index, None) is not None:
+                    delivery._state = ACKED
+                    buffer.append(delivery)
     finally:
         settled = handover.close_buffer()
         if settled and handover.sink is not None:
