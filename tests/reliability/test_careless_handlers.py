@@ -139,6 +139,31 @@ def test_a_workers_ack_after_the_deadline_raises_and_the_rest_is_not_handled(tmp
     assert letters == {"1": "timeout", "2": "timeout", "3": "timeout"}
 
 
+def _slow_first(directory: str) -> Any:
+    def handler(delivery: Delivery[int]) -> None:
+        if delivery.message == 0:
+            time.sleep(0.8)  # sleep-ok: outlives the ack deadline on purpose
+        append_line(directory, f"{delivery.message} handled")
+
+    return handler
+
+
+def test_a_worker_skips_what_the_deadline_took_while_an_earlier_handler_ran(tmp_path: Path) -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("t", ack_timeout=0.5)
+        topic.create_group("g")
+        reports = [topic.publish(n) for n in range(3)]  # one hand-over: 0 runs long, 1-2 wait
+        # No ack at all: the worker learns of the deadline only when it reaches message 1.
+        topic.subscribe(_slow_first(str(tmp_path)), group="g", workers=1, prefetch=3)
+        assert topic.join(timeout=30)
+        outcomes = [r.outcome.result(timeout=5) for r in reports]
+        letters = {d.message_id: d.reason for d in topic.dead_letters}
+
+    assert read_lines(tmp_path) == ["0 handled"]  # 1 and 2 expired unseen: never handled
+    assert not any(o.acked for o in outcomes)
+    assert letters == {"1": "timeout", "2": "timeout", "3": "timeout"}
+
+
 # -- 5. BaseException in a thread handler ----------------------------------------------------------
 
 def test_sys_exit_and_keyboard_interrupt_in_a_thread_handler_are_isolated() -> None:

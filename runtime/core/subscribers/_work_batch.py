@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import count, repeat
 from typing import Any
 
 from actors import Actor
@@ -21,6 +21,8 @@ from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
 
 __all__ = ["Reply", "Settlement", "WorkBatch", "WorkerActor"]
+
+_monotonic = time.monotonic
 
 # (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
 # handler's adds its cause, (exception type, traceback text).
@@ -68,35 +70,37 @@ class WorkBatch:
                      ack_timeout: float | None = None) -> WorkBatch:
         """The columns of ``envelopes`` with their ``attempts`` (None: all first ones)."""
         _, ids, payloads, keys, attributes, _, stamps = zip(*envelopes, strict=True)
-        count = len(envelopes)
+        size = len(envelopes)
         first_stamp = stamps[0]
         return cls(
             subscriber_id, group, topic, ids, payloads,
-            None if keys.count(None) == count else keys,
+            None if keys.count(None) == size else keys,
             None if not any(attributes) else attributes,
-            first_stamp if stamps.count(first_stamp) == count else stamps,
-            None if attempts is None or attempts.count(1) == count else attempts,
+            first_stamp if stamps.count(first_stamp) == size else stamps,
+            None if attempts is None or attempts.count(1) == size else attempts,
             ack_timeout,
         )
 
     def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
-        """Rebuild the deliveries on the worker's side, all pending on ``handover``."""
-        topic, count = self.topic, len(self.ids)
-        keys = repeat(None, count) if self.keys is None else self.keys
-        attributes = (
-            ({} for _ in range(count)) if self.attributes is None else self.attributes
-        )
+        """Rebuild the deliveries on the worker's side, all pending on ``handover``.
+
+        Every step iterates in C (``zip``, ``map``) but `Delivery.__init__`.
+        """
+        size = len(self.ids)
+        keys = repeat(None, size) if self.keys is None else self.keys
+        # No attributes: None, as in the parent's envelopes (`Delivery.attributes` reads
+        # it as the shared read-only empty dict), not one new dict per message.
+        attributes = repeat(None, size) if self.attributes is None else self.attributes
         stamps: Iterable[float | None] = (
-            repeat(self.stamps, count) if self.stamps is None or isinstance(self.stamps, float)
+            repeat(self.stamps, size) if self.stamps is None or isinstance(self.stamps, float)
             else self.stamps
         )
-        attempts = repeat(1, count) if self.attempts is None else self.attempts
-        out: list[Delivery[Any]] = [
-            Delivery((0, message_id, payload, key, attrs, topic, stamp), handover, index, attempt)
-            for index, (message_id, payload, key, attrs, stamp, attempt) in enumerate(zip(
-                self.ids, self.payloads, keys, attributes, stamps, attempts, strict=True,
-            ))
-        ]
+        attempts = repeat(1, size) if self.attempts is None else self.attempts
+        envelopes = zip(repeat(0, size), self.ids, self.payloads, keys, attributes,
+                        repeat(self.topic, size), stamps, strict=True)
+        out: list[Delivery[Any]] = list(map(
+            Delivery, envelopes, repeat(handover, size), count(), attempts,
+        ))
         handover.pending = dict(enumerate(out))
         return out
 
@@ -128,21 +132,23 @@ class _Lease(dict[int, Delivery[Any]]):
         super().__init__(items)
         self.deadline = deadline
 
+    # Both checks run once per delivery in a worker: the clock is read inline.
     def __contains__(self, index: object) -> bool:
-        return not self._expired() and super().__contains__(index)
+        if _monotonic() < self.deadline:
+            return dict.__contains__(self, index)
+        self._expire()
+        return False
 
     def pop(self, index: int, default: Any = None) -> Any:
-        if self._expired():
-            return default
-        return super().pop(index, default)
+        if _monotonic() < self.deadline:
+            return dict.pop(self, index, default)
+        self._expire()
+        return default
 
-    def _expired(self) -> bool:
-        if time.monotonic() < self.deadline:
-            return False
+    def _expire(self) -> None:
         for delivery in self.values():
             delivery._set_nacked("timeout", None, timed_out=True)
         self.clear()
-        return True
 
 
 def _deadline(started: float, ack_timeout: float) -> float:

@@ -10,6 +10,7 @@ from support.groups import bare_group, publish_chunk
 
 from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
+from runtime.core._message import NO_ATTRIBUTES
 from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
 from runtime.core.settlement._ledger import Ledger
@@ -50,6 +51,19 @@ def test_worker_side_deliveries_read_exactly_like_the_parents() -> None:
     assert [view(d) for d in received] == [view(d) for d in sent]
     assert received[1].message == Message(data=b"data", attributes={"x": "y"},
                                           message_id="2", publish_time=1234.5)
+
+
+def test_worker_side_deliveries_without_attributes_share_the_read_only_empty_dict() -> None:
+    bare: Envelope = (3, "3", b"bare", None, None, "orders", 1234.5)
+    _, sent = handed_over(bare, bare)
+
+    batch = pickle.loads(pickle.dumps(WorkBatch.of(5, "g", "orders", sent)))
+    received = batch.deliveries(HandOver(None, 5, "g"))
+
+    assert batch.attributes is None  # the column travels as one value
+    assert [d.attributes for d in received] == [{}, {}]
+    assert all(d.attributes is NO_ATTRIBUTES for d in [*sent, *received])
+    assert all(d.message.attributes is NO_ATTRIBUTES for d in received)
 
 
 def test_worker_answers_a_count_when_the_whole_batch_was_acked() -> None:
