@@ -123,17 +123,23 @@ def _late_acker(directory: str) -> Any:
     return handler
 
 
-def test_a_workers_ack_after_the_deadline_raises_and_the_rest_is_not_handled(tmp_path: Path) -> None:
+def _one_slow_hand_over(handler: Any, directory: Path) -> tuple[list[str], list[Any], dict[str, str]]:
+    """Messages 0-2 in one hand-over to one worker (ack timeout 0.5 s) whose handler runs
+    long on message 0: the lines it wrote, the outcomes, the dead letters' reasons."""
     with Bus() as bus:
         topic = bus.create_topic("t", ack_timeout=0.5)
         topic.create_group("g")
-        reports = [topic.publish(n) for n in range(3)]  # one hand-over: 0 hangs, 1-2 wait
-        topic.subscribe(_late_acker(str(tmp_path)), group="g", workers=1, prefetch=3)
+        reports = [topic.publish(n) for n in range(3)]  # one hand-over: 0 runs long, 1-2 wait
+        topic.subscribe(handler, group="g", workers=1, prefetch=3)
         assert topic.join(timeout=30)
         outcomes = [r.outcome.result(timeout=5) for r in reports]
         letters = {d.message_id: d.reason for d in topic.dead_letters}
+    return read_lines(directory), outcomes, letters
 
-    lines = read_lines(tmp_path)
+
+def test_a_workers_ack_after_the_deadline_raises_and_the_rest_is_not_handled(tmp_path: Path) -> None:
+    lines, outcomes, letters = _one_slow_hand_over(_late_acker(str(tmp_path)), tmp_path)
+
     assert len(lines) == 1 and lines[0].startswith("0 late") and "timed out" in lines[0]
     assert not any(o.acked for o in outcomes)
     assert letters == {"1": "timeout", "2": "timeout", "3": "timeout"}
@@ -149,17 +155,10 @@ def _slow_first(directory: str) -> Any:
 
 
 def test_a_worker_skips_what_the_deadline_took_while_an_earlier_handler_ran(tmp_path: Path) -> None:
-    with Bus() as bus:
-        topic = bus.create_topic("t", ack_timeout=0.5)
-        topic.create_group("g")
-        reports = [topic.publish(n) for n in range(3)]  # one hand-over: 0 runs long, 1-2 wait
-        # No ack at all: the worker learns of the deadline only when it reaches message 1.
-        topic.subscribe(_slow_first(str(tmp_path)), group="g", workers=1, prefetch=3)
-        assert topic.join(timeout=30)
-        outcomes = [r.outcome.result(timeout=5) for r in reports]
-        letters = {d.message_id: d.reason for d in topic.dead_letters}
+    # No ack at all: the worker learns of the deadline only when it reaches message 1.
+    lines, outcomes, letters = _one_slow_hand_over(_slow_first(str(tmp_path)), tmp_path)
 
-    assert read_lines(tmp_path) == ["0 handled"]  # 1 and 2 expired unseen: never handled
+    assert lines == ["0 handled"]  # 1 and 2 expired unseen: never handled
     assert not any(o.acked for o in outcomes)
     assert letters == {"1": "timeout", "2": "timeout", "3": "timeout"}
 

@@ -40,17 +40,23 @@ def test_a_chunk_goes_in_whole_while_the_queue_is_not_full() -> None:
     assert gate.acquire(4, None) and gate.used == 7
 
 
-def test_a_waiting_chunk_goes_in_once_the_group_hands_some_on() -> None:
-    gate = Gate(4)
-    gate.acquire(4, None)
+def _waiting_publisher(gate: Gate, count: int) -> tuple[threading.Thread, threading.Event]:
+    """A started thread taking room for ``count`` (for up to 10 s); the event says it did."""
     taken = threading.Event()
 
     def publish() -> None:
-        gate.acquire(4, time.monotonic() + 10)
+        gate.acquire(count, time.monotonic() + 10)
         taken.set()
 
     publisher = threading.Thread(target=publish)
     publisher.start()
+    return publisher, taken
+
+
+def test_a_waiting_chunk_goes_in_once_the_group_hands_some_on() -> None:
+    gate = Gate(4)
+    gate.acquire(4, None)
+    publisher, taken = _waiting_publisher(gate, 4)
     assert not taken.wait(0.05)
     gate.release(1)
     publisher.join(timeout=10)
@@ -88,14 +94,7 @@ def test_a_release_that_leaves_the_queue_full_wakes_nobody() -> None:
     gate._changed = condition = _CountingCondition()
     gate.acquire(3, None)
     gate.acquire(3, None)  # 6 queued of 4
-    taken = threading.Event()
-
-    def publish() -> None:
-        gate.acquire(2, time.monotonic() + 10)
-        taken.set()
-
-    publisher = threading.Thread(target=publish)
-    publisher.start()
+    publisher, taken = _waiting_publisher(gate, 2)
     try:
         while gate._waiting == 0:  # the publisher is waiting for room
             with condition:
