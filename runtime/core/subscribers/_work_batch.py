@@ -81,8 +81,9 @@ class WorkBatch:
             ack_timeout,
         )
 
-    def deliveries(self, handover: HandOver) -> list[Delivery[Any]]:
-        """Rebuild the deliveries on the worker's side, all pending on ``handover``.
+    def deliveries(self, handover: HandOver, deadline: float | None = None) -> list[Delivery[Any]]:
+        """Rebuild the deliveries on the worker's side, all pending on ``handover``
+        (leased until ``deadline``, ``time.monotonic()`` based, if given).
 
         Every step iterates in C (``zip``, ``map``) but `Delivery.__init__`.
         """
@@ -101,7 +102,8 @@ class WorkBatch:
         out: list[Delivery[Any]] = list(map(
             Delivery, envelopes, repeat(handover, size), count(), attempts,
         ))
-        handover.pending = dict(enumerate(out))
+        handover.pending = dict(enumerate(out)) if deadline is None else _Lease(
+            enumerate(out), deadline)
         return out
 
 
@@ -128,7 +130,7 @@ class _Lease(dict[int, Delivery[Any]]):
     waiting hand-over's deadline when the one before it is answered, which is later).
     """
 
-    def __init__(self, items: dict[int, Delivery[Any]], deadline: float) -> None:
+    def __init__(self, items: Iterable[tuple[int, Delivery[Any]]], deadline: float) -> None:
         super().__init__(items)
         self.deadline = deadline
 
@@ -178,11 +180,8 @@ class WorkerActor(Actor):
         batch: WorkBatch = message
         sink = _Collect()
         handover = HandOver(sink, batch.subscriber_id, batch.group)
-        deliveries = batch.deliveries(handover)
-        if batch.ack_timeout is not None:
-            handover.pending = _Lease(
-                handover.pending, _deadline(time.monotonic(), batch.ack_timeout),
-            )
+        deliveries = batch.deliveries(handover, None if batch.ack_timeout is None else
+                                      _deadline(time.monotonic(), batch.ack_timeout))
         started = time.perf_counter()
         run_handler(self._handler, self._auto_ack, handover, deliveries, log=False)
         elapsed = time.perf_counter() - started
