@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from operator import itemgetter
 from typing import Any
 
-from runtime.core._envelope import Envelope
+from runtime.core._envelope import KEY, Envelope
 from runtime.core._outcome import Outcome
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -16,6 +17,8 @@ from runtime.core.subscribers._ring import Ring
 from runtime.errors import TopicClosedError
 
 __all__ = ["FanOut"]
+
+_key_of = itemgetter(KEY)
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
@@ -36,7 +39,7 @@ class FanOut:
     ) -> tuple[dict[str, str], int]:
         """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
         groups = self._groups()
-        admitted = self._take_room(groups, len(envelopes), slotted, deadline)
+        admitted = self._take_room(groups, envelopes, slotted, deadline)
         for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
             if not self._ring.would_lag(len(envelopes)):
                 break
@@ -76,16 +79,20 @@ class FanOut:
             raise
 
     def _take_room(
-        self, groups: list[GroupHandle], count: int, slotted: bool, deadline: float | None,
+        self, groups: list[GroupHandle], envelopes: list[Envelope], slotted: bool,
+        deadline: float | None,
     ) -> list[int]:
         """Room per group: ``count``, fewer (drop_newest), or -1 (the group is gone)."""
+        count = len(envelopes)
         admitted: list[int] = []
+        keys = list(map(_key_of, envelopes))
+        keyed = keys.count(None) != count  # a keyed message can go to one member only
         try:
             for group in groups:
                 if self._block:
-                    admitted.append(count if group.gate.acquire(count, deadline) else -1)
+                    admitted.append(count if group.gate.acquire(count, deadline, keyed) else -1)
                 else:
-                    admitted.append(group.gate.try_acquire(count))
+                    admitted.append(group.gate.try_acquire(count, keyed))
                 if admitted[-1] < 0 and self._ledger.closed:
                     raise TopicClosedError(self._topic)
         except BaseException:

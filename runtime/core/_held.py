@@ -26,7 +26,7 @@ def holder(
         return f"topic {topic!r} has {ledger.pending} pending messages (max_pending {max_pending})"
     for group in groups:
         gate = group.gate
-        if gate.used >= gate.capacity:
+        if gate.full():
             return (f"group {group.name!r} of topic {topic!r} is full ({gate.used} messages "
                     f"waiting, balanced_capacity {gate.capacity})")
     slowest = ring.slowest() if ring.blocking else None

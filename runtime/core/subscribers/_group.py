@@ -108,7 +108,21 @@ class GroupActor(Actor):
             return
         self._deferred = 0
         self._dispatch()
+        self._gate.lend(*self._free_room())
         return
+
+    def _free_room(self) -> tuple[int, int]:
+        """What the members can take at once: in all (for unkeyed messages), and the
+        least any one can (a keyed message goes to one member)."""
+        rooms = [] if self._ended is not None else [self._free(m) for m in self._members]
+        return (sum(rooms), min(rooms)) if rooms else (0, 0)
+
+    def _free(self, member: Endpoint) -> int:
+        left = member.window - self._unsettled[member.key]
+        limit = member.handovers
+        if limit is not None:
+            left = min(left, (limit - self._inflight[member.key]) * member.cap())
+        return max(left, 0)
 
     def _accept_arrivals(self, chunks: list[list[Envelope]]) -> None:
         """Queue the chunks that arrived, in order.

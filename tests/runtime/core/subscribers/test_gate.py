@@ -40,12 +40,14 @@ def test_a_chunk_goes_in_whole_while_the_queue_is_not_full() -> None:
     assert gate.acquire(4, None) and gate.used == 7
 
 
-def _waiting_publisher(gate: Gate, count: int) -> tuple[threading.Thread, threading.Event]:
+def _waiting_publisher(
+    gate: Gate, count: int, *, keyed: bool = True,
+) -> tuple[threading.Thread, threading.Event]:
     """A started thread taking room for ``count`` (for up to 10 s); the event says it did."""
     taken = threading.Event()
 
     def publish() -> None:
-        gate.acquire(count, time.monotonic() + 10)
+        gate.acquire(count, time.monotonic() + 10, keyed)
         taken.set()
 
     publisher = threading.Thread(target=publish)
@@ -107,3 +109,47 @@ def test_a_release_that_leaves_the_queue_full_wakes_nobody() -> None:
         publisher.join(timeout=10)
 
     assert condition.wakes == 1 and taken.is_set() and gate.used == 5
+
+
+def test_unkeyed_chunks_may_also_fill_the_room_every_member_has_free() -> None:
+    gate = Gate(4)
+    gate.lend(6, 2)  # the members can take 6 at once, the emptiest single one 2
+
+    assert gate.acquire(5, None, keyed=False) and gate.acquire(4, None, keyed=False)
+    assert gate.used == 9  # 9 < 4 + 6: an unkeyed one still goes in
+    assert gate.full()  # `full` names the stricter bound: 9 >= 4 + 2
+    with pytest.raises(WouldBlock):
+        gate.acquire(1, _soon(), keyed=True)
+    assert gate.acquire(1, None, keyed=False) and gate.used == 10
+    with pytest.raises(WouldBlock):
+        gate.acquire(1, _soon(), keyed=False)
+    assert gate.try_acquire(3, keyed=False) == 0
+
+
+def test_keyed_chunks_may_fill_only_what_any_one_member_has_free() -> None:
+    gate = Gate(4)
+    gate.lend(6, 2)
+
+    assert gate.acquire(5, None, keyed=True)  # 0 < 4 + 2
+    assert gate.try_acquire(3, keyed=True) == 1  # up to 4 + 2
+    assert gate.used == 6 and gate.full()
+    gate.lend(0, 0)  # the members are stuck: the capacity alone again
+    gate.release(3)
+    assert gate.try_acquire(3, keyed=False) == 1 and gate.used == 4
+
+
+def test_room_the_members_free_wakes_a_waiting_chunk() -> None:
+    gate = Gate(2)
+    gate.acquire(2, None)
+    publisher, taken = _waiting_publisher(gate, 3, keyed=False)
+    try:
+        while gate._waiting == 0:  # the publisher is waiting for room
+            with gate._changed:
+                pass
+        gate.lend(0, 0)  # nothing more free: it keeps waiting
+        assert not taken.is_set()
+        gate.lend(1, 1)  # a member can take one: 2 < 2 + 1
+    finally:
+        publisher.join(timeout=10)
+
+    assert taken.is_set() and gate.used == 5

@@ -1,0 +1,113 @@
+"""Room the members have free: an unkeyed chunk may fill all of it, a keyed one only what
+any single member has, and a stuck group still lets through capacity plus prefetch."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from support.groups import bare_group, publish_chunk
+
+from runtime import Bus, Delivery
+from runtime.core._envelope import Envelope
+from runtime.core.settlement._dead_letters import DeadLetterQueue
+from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._group import GroupActor
+from runtime.core.subscribers._group_mail import Credit, Join
+from runtime.errors import WouldBlock
+
+
+class _Worker:
+    """A worker-like endpoint: at most two hand-overs of ``size`` in flight."""
+
+    tranches = False
+    handovers: int | None = 2
+
+    def __init__(self, key: int, window: int = 256, size: int = 64) -> None:
+        self.key = self.subscriber_id = key
+        self.window = window
+        self.size = size
+        self.sizes: list[int] = []
+
+    def push(self, handover: Any, deliveries: list[Delivery[Any]]) -> None:
+        self.sizes.append(len(deliveries))
+
+    def prefers_whole(self, count: int) -> bool:
+        return True
+
+    def cap(self) -> int:
+        return self.size
+
+
+class _Thread(_Worker):
+    """A thread-member-like endpoint: only its window bounds it."""
+
+    handovers = None
+
+
+def _group(*members: _Worker) -> GroupActor:
+    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=DeadLetterQueue())
+    group = bare_group(ledger)
+    for member in members:
+        group.on_receive(Join(member))
+    return group
+
+
+def _chunk(count: int) -> list[Envelope]:
+    return [(n, str(n), n, None, None, "t", None) for n in range(count)]
+
+
+def test_idle_members_lend_what_their_next_hand_overs_can_take() -> None:
+    group = _group(_Worker(1), _Worker(2), _Thread(3, window=32))
+    publish_chunk(group, [])  # nothing to hand over: the lending alone
+
+    # each worker two hand-overs of 64; the thread member its window of 32
+    assert (group._gate.lent, group._gate.lent_keyed) == (2 * 128 + 32, 32)
+
+
+def test_a_dispatch_lends_what_is_left_and_a_credit_lends_more() -> None:
+    first, second = _Worker(1), _Worker(2)
+    group = _group(first, second)
+
+    publish_chunk(group, _chunk(150))  # 64 + 64 + 22: one worker now holds two hand-overs
+
+    full = first if len(first.sizes) == 2 else second
+    assert sorted(first.sizes + second.sizes) == [22, 64, 64] and len(full.sizes) == 2
+    assert (group._gate.lent, group._gate.lent_keyed) == (64, 0)
+    group.on_receive(Credit(full.key, sum(full.sizes), 2))  # it answered both
+    assert (group._gate.lent, group._gate.lent_keyed) == (64 + 128, 64)
+
+
+def _stuck_handler(release: threading.Event, entered: threading.Event) -> Any:
+    def handler(delivery: Delivery[int]) -> None:
+        entered.set()
+        release.wait(timeout=30)
+        delivery.ack()
+
+    return handler
+
+
+def test_keyed_messages_for_a_stuck_member_borrow_nothing_from_an_idle_one() -> None:
+    release, entered = threading.Event(), threading.Event()
+    with Bus() as bus:
+        topic = bus.create_topic("t", balanced_capacity=1, ack_timeout=None)
+        for _ in range(2):  # the key's member gets stuck; the other stays idle, room free
+            topic.subscribe(_stuck_handler(release, entered), group="g", prefetch=2)
+
+        accepted, error = 0, None
+        for n in range(60):
+            try:
+                topic.publish(n, key="one-key", timeout=2.0)
+            except WouldBlock as exc:
+                accepted, error = n, exc
+                break
+        assert entered.wait(timeout=5)
+        release.set()
+        assert topic.join(timeout=10)
+        assert topic.stats().delivered == accepted
+
+    # its prefetch (2) and the capacity (1), as with no other member; lending the idle
+    # member's room (2) would have let 5-6 through
+    assert accepted in (3, 4)
+    assert error is not None and "'g'" in str(error)
+
