@@ -19,7 +19,8 @@ from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
 
 __all__ = [
-    "FIRST_BATCH", "PROCESS_BATCH", "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor",
+    "FIRST_BATCH", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH", "SPLIT_WORTH",
+    "ProcessEndpoint", "WorkBatch", "WorkerActor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -27,11 +28,16 @@ logger = logging.getLogger(__name__)
 # Hand-overs a worker process holds at once: one it runs, one waiting behind it. What
 # arrives meanwhile waits in the group and leaves as the next, larger hand-over.
 PROCESS_HANDOVERS = 2
-# The most deliveries in one hand-over (one pickled batch), and in the first ones, sent
-# before the worker's handler time is known (a slow handler must not get a batch that
-# outlives its ack deadline).
-PROCESS_BATCH = 256
+# The most deliveries in one hand-over (one pickled batch); a hand-over is sized to about
+# `HANDOVER_WORK` of handler time, between `SLOW_BATCH` and this. The first ones, sent
+# before the worker's handler time is known, hold `FIRST_BATCH` (a slow handler must not
+# get a batch that outlives its ack deadline).
+PROCESS_BATCH = 1024
+SLOW_BATCH = 256
 FIRST_BATCH = 4
+# Handler time one hand-over is sized to: cheap handlers get large hand-overs (the
+# parent's cost is per hand-over), slow ones no fewer than `SLOW_BATCH` messages.
+HANDOVER_WORK = 0.005
 # Of the ack timeout, the share one hand-over's handler time may fill.
 _DEADLINE_SHARE = 0.25
 
@@ -77,13 +83,17 @@ class ProcessEndpoint:
 
     def cap(self) -> int:
         """The most deliveries for one hand-over: few until the handler's time is known,
-        then as many as fill a quarter of the ack timeout (at most `PROCESS_BATCH`)."""
+        then about `HANDOVER_WORK` of it (`SLOW_BATCH` to `PROCESS_BATCH`), and no more
+        than fill a quarter of the ack timeout."""
         cost = self._cost
         if cost is None:
             return FIRST_BATCH
-        if self._ack_timeout is None or cost <= 0:
+        if cost <= 0:
             return PROCESS_BATCH
-        return max(1, min(PROCESS_BATCH, int(self._ack_timeout * _DEADLINE_SHARE / cost)))
+        size = min(PROCESS_BATCH, max(SLOW_BATCH, int(HANDOVER_WORK / cost)))
+        if self._ack_timeout is None:
+            return size
+        return max(1, min(size, int(self._ack_timeout * _DEADLINE_SHARE / cost)))
 
     def prefers_whole(self, count: int) -> bool:
         """True once this worker's handler is known to take ``count`` messages in less

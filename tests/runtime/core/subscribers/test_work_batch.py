@@ -19,6 +19,10 @@ from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import Join
 from runtime.core.subscribers._workers import (
+    FIRST_BATCH,
+    HANDOVER_WORK,
+    PROCESS_BATCH,
+    SLOW_BATCH,
     ProcessEndpoint,
     WorkBatch,
     WorkerActor,
@@ -197,3 +201,20 @@ def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap() -> No
     assert endpoint.prefers_whole(100) and not endpoint.prefers_whole(1_000)
     endpoint._cost = 0.02  # a CPU-heavy handler: even 2 messages are worth two workers
     assert not endpoint.prefers_whole(2)
+
+
+def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds() -> None:
+    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+    assert endpoint.cap() == FIRST_BATCH  # the handler's time is not known yet
+    assert endpoint.window == 2 * PROCESS_BATCH
+
+    sizes = []
+    for cost in (1e-6, 1e-5, 2e-4, 0.05):
+        endpoint._cost = cost
+        sizes.append(endpoint.cap())
+    assert sizes == [PROCESS_BATCH, int(HANDOVER_WORK / 1e-5), SLOW_BATCH, SLOW_BATCH]
+    assert SLOW_BATCH < sizes[1] < PROCESS_BATCH  # ~500: 5 ms of 10 µs messages
+
+    bounded = ProcessEndpoint(1, 1, None, None, None, ack_timeout=0.1)  # type: ignore[arg-type]
+    bounded._cost = 1e-3  # a quarter of the ack timeout holds 25 such messages
+    assert bounded.cap() == 25
