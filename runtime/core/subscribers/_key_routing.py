@@ -83,8 +83,12 @@ def take_share(
             attempts.append(attempt)
     start = len(envelopes)
     if queue and start < limit:
-        popleft = queue.popleft
-        envelopes.extend([popleft() for _ in range(min(limit - start, len(queue)))])
+        if limit - start >= len(queue):  # the whole queue (most hand-overs): in C
+            envelopes.extend(queue)
+            queue.clear()
+        else:
+            popleft = queue.popleft
+            envelopes.extend([popleft() for _ in range(limit - start)])
         if attempts is not None:
             attempts.extend(repeat(1, len(envelopes) - start))
     return envelopes, attempts
