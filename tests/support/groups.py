@@ -25,6 +25,18 @@ def bare_group(ledger: Ledger) -> GroupActor:
     return GroupActor("t", "g", Gate(1000), ledger, None, arrivals)  # type: ignore[arg-type]
 
 
+def group_of(*members: Any) -> GroupActor:
+    """A bare group (over a fresh ledger without ack timeout) that ``members`` joined."""
+    from runtime.core.settlement._dead_letters import DeadLetterQueue
+    from runtime.core.subscribers._group_mail import Join
+
+    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=DeadLetterQueue())
+    group = bare_group(ledger)
+    for member in members:
+        group.on_receive(Join(member))
+    return group
+
+
 def publish_chunk(group: GroupActor, chunk: list[Envelope]) -> None:
     """What a publisher's fan-out does, then the group's handling of its cue."""
     group._arrivals.put(chunk)

@@ -6,14 +6,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from support.groups import bare_group, publish_chunk
+from support.groups import group_of, publish_chunk
 
 from runtime import Bus, Delivery
 from runtime.core._envelope import Envelope
-from runtime.core.settlement._dead_letters import DeadLetterQueue
-from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._group import GroupActor
-from runtime.core.subscribers._group_mail import Credit, Join
+from runtime.core.subscribers._group_mail import Credit
 from runtime.errors import WouldBlock
 
 
@@ -45,20 +42,12 @@ class _Thread(_Worker):
     handovers = None
 
 
-def _group(*members: _Worker) -> GroupActor:
-    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=DeadLetterQueue())
-    group = bare_group(ledger)
-    for member in members:
-        group.on_receive(Join(member))
-    return group
-
-
 def _chunk(count: int) -> list[Envelope]:
     return [(n, str(n), n, None, None, "t", None) for n in range(count)]
 
 
 def test_idle_members_lend_what_their_next_hand_overs_can_take() -> None:
-    group = _group(_Worker(1), _Worker(2), _Thread(3, window=32))
+    group = group_of(_Worker(1), _Worker(2), _Thread(3, window=32))
     publish_chunk(group, [])  # nothing to hand over: the lending alone
 
     # each worker two hand-overs of 64; the thread member its window of 32
@@ -67,7 +56,7 @@ def test_idle_members_lend_what_their_next_hand_overs_can_take() -> None:
 
 def test_a_dispatch_lends_what_is_left_and_a_credit_lends_more() -> None:
     first, second = _Worker(1), _Worker(2)
-    group = _group(first, second)
+    group = group_of(first, second)
 
     publish_chunk(group, _chunk(150))  # 64 + 64 + 22: one worker now holds two hand-overs
 

@@ -8,16 +8,12 @@ import pickle
 from typing import Any
 
 import pytest
-from support.groups import bare_group, publish_chunk
+from support.groups import group_of, publish_chunk
 
 from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
 from runtime.core._message import NO_ATTRIBUTES
-from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
-from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._group import GroupActor
-from runtime.core.subscribers._group_mail import Join
 from runtime.core.subscribers._workers import (
     FIRST_BATCH,
     HANDOVER_WORK,
@@ -164,28 +160,20 @@ class _Member:
         return self.window
 
 
-def _group(*members: _Member) -> GroupActor:
-    ledger = Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=DeadLetterQueue())
-    group = bare_group(ledger)
-    for member in members:
-        group.on_receive(Join(member))
-    return group
-
-
 def _chunk(start: int) -> list[Envelope]:
     return [(n, str(n), n, None, {}, "t", None) for n in range(start, start + 100)]
 
 
 def test_a_chunk_is_split_evenly_unless_every_member_prefers_it_whole() -> None:
     slow, other = _Member(1, whole=False), _Member(2, whole=True)
-    publish_chunk(_group(slow, other), _chunk(0))
+    publish_chunk(group_of(slow, other), _chunk(0))
 
     assert (slow.sizes, other.sizes) == ([50], [50])
 
 
 def test_cheap_members_take_whole_chunks_in_turn() -> None:
     first, second = _Member(1, whole=True), _Member(2, whole=True)
-    group = _group(first, second)
+    group = group_of(first, second)
 
     for start in (0, 100, 200, 300):
         publish_chunk(group, _chunk(start))
