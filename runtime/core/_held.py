@@ -18,8 +18,9 @@ def holder(
     """Name what a publish to ``topic`` would wait for now, or None (a snapshot).
 
     In the order a publish meets them: ``max_pending``, a full balanced group (its queue
-    at ``balanced_capacity``: no member takes, or they are too slow), then a broadcast
-    subscriber a whole ring behind (with ``broadcast_on_lag="block"``).
+    at ``balanced_capacity`` plus the room its members lend to keyed messages: no member
+    takes, or they are too slow), then a broadcast subscriber a whole ring behind (with
+    ``broadcast_on_lag="block"``).
     """
     max_pending = settings.max_pending
     if max_pending is not None and ledger.pending >= max_pending:
