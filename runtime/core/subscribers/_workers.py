@@ -7,7 +7,7 @@ two hand-overs; what crosses the pipe and runs in the worker is in `_work_batch`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, cast
 
@@ -19,8 +19,8 @@ from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
 
 __all__ = [
-    "FIRST_BATCH", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH", "SPLIT_WORTH",
-    "ProcessEndpoint", "WorkBatch", "WorkerActor",
+    "FIRST_BATCH", "HANDOVER_BYTES", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH",
+    "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor", "payload_size",
 ]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,9 @@ FIRST_BATCH = 4
 # Handler time one hand-over is sized to: cheap handlers get large hand-overs (the
 # parent's cost is per hand-over), slow ones no fewer than `SLOW_BATCH` messages.
 HANDOVER_WORK = 0.005
+# Payload bytes one hand-over holds at most, about (bytes payloads: Publisher messages
+# up to 10 MiB each would otherwise make frames of gigabytes, pickled in one piece).
+HANDOVER_BYTES = 8 * 1024 * 1024
 # Of the ack timeout, the share one hand-over's handler time may fill.
 _DEADLINE_SHARE = 0.25
 
@@ -80,20 +83,24 @@ class ProcessEndpoint:
         self._renew = renew
         self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._cost: float | None = None  # running handler seconds per message
+        self._size: int | None = None  # running payload bytes per message (bytes payloads)
 
     def cap(self) -> int:
         """The most deliveries for one hand-over: few until the handler's time is known,
-        then about `HANDOVER_WORK` of it (`SLOW_BATCH` to `PROCESS_BATCH`), and no more
-        than fill a quarter of the ack timeout."""
+        then about `HANDOVER_WORK` of it (`SLOW_BATCH` to `PROCESS_BATCH`), no more than
+        fill a quarter of the ack timeout, and about `HANDOVER_BYTES` of payload."""
         cost = self._cost
         if cost is None:
             return FIRST_BATCH
         if cost <= 0:
-            return PROCESS_BATCH
-        size = min(PROCESS_BATCH, max(SLOW_BATCH, int(HANDOVER_WORK / cost)))
-        if self._ack_timeout is None:
-            return size
-        return max(1, min(size, int(self._ack_timeout * _DEADLINE_SHARE / cost)))
+            size = PROCESS_BATCH
+        else:
+            size = min(PROCESS_BATCH, max(SLOW_BATCH, int(HANDOVER_WORK / cost)))
+            if self._ack_timeout is not None:
+                size = min(size, int(self._ack_timeout * _DEADLINE_SHARE / cost))
+        if self._size:
+            size = min(size, HANDOVER_BYTES // self._size)
+        return max(1, size)
 
     def prefers_whole(self, count: int) -> bool:
         """True once this worker's handler is known to take ``count`` messages in less
@@ -110,6 +117,7 @@ class ProcessEndpoint:
             self.subscriber_id, tranche.group or "", envelopes[0][TOPIC], envelopes,
             tranche.attempts, self._ack_timeout,
         )
+        self._size = payload_size(batch.payloads, self._size)
         try:
             future = self._worker.ask(batch, timeout=None)
         except Exception as exc:  # e.g. a payload that does not pickle
@@ -162,6 +170,17 @@ class ProcessEndpoint:
         if settled:
             self._tracker.tell(settled)
         self._group.tell(Credit(self.key, count, 1))
+
+
+def payload_size(payloads: Sequence[Any], previous: int | None) -> int | None:
+    """Bytes per message of a hand-over whose payloads are bytes (its first and last
+    ones, a sample), folded into the running ``previous``; ``previous`` for other
+    payloads (their pickled size is not known before they are pickled)."""
+    first, last = payloads[0], payloads[-1]
+    if first.__class__ is not bytes or last.__class__ is not bytes:
+        return previous
+    size = (len(first) + len(last)) // 2 + 1
+    return size if previous is None else previous + int((size - previous) * _COST_WEIGHT)
 
 
 def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:

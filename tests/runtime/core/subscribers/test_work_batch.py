@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -14,8 +15,10 @@ from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
 from runtime.core._message import NO_ATTRIBUTES
 from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
+from runtime.core.settlement._tranche import Tranche
 from runtime.core.subscribers._workers import (
     FIRST_BATCH,
+    HANDOVER_BYTES,
     HANDOVER_WORK,
     PROCESS_BATCH,
     SLOW_BATCH,
@@ -24,6 +27,7 @@ from runtime.core.subscribers._workers import (
     WorkerActor,
     _claim_acked,
     _claim_settled,
+    payload_size,
 )
 
 PLAIN: Envelope = (1, "1", {"order": 7}, "k1", {"a": "b"}, "orders", None)
@@ -206,3 +210,48 @@ def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds() -> Non
     bounded = ProcessEndpoint(1, 1, None, None, None, ack_timeout=0.1)  # type: ignore[arg-type]
     bounded._cost = 1e-3  # a quarter of the ack timeout holds 25 such messages
     assert bounded.cap() == 25
+
+
+def test_a_hand_over_of_large_payloads_holds_about_8_mib() -> None:
+    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+    endpoint._cost = 1e-6  # cheap: 1,024 messages by time alone
+
+    endpoint._size = payload_size([b"x" * 100, b"y" * 100], None)
+    assert endpoint.cap() == PROCESS_BATCH
+    endpoint._size = payload_size([b"x" * 2**20] * 3, None)  # 1 MiB each
+    assert endpoint.cap() == HANDOVER_BYTES // (2**20 + 1) == 7
+    endpoint._size = payload_size([b"x" * 10 * 2**20], None)  # the largest Publisher message
+    assert endpoint.cap() == 1
+    # objects other than bytes: their size is not known, the last estimate stays
+    assert payload_size([{"order": 1}, {"order": 2}], endpoint._size) == endpoint._size
+    assert payload_size([{"order": 1}], None) is None
+
+
+def test_the_payload_estimate_follows_a_change_of_size_gradually() -> None:
+    size = payload_size([b"x" * 1000], None)
+    assert size == 1001  # (first + last) / 2 + 1: one payload is both
+
+    later = payload_size([b"x" * 9999], size)
+    assert later == 1001 + (10000 - 1001) // 4  # a quarter of the way to the new size
+
+
+class _Unanswered:
+    """A worker's ref that takes every ask and never answers it."""
+
+    def __init__(self) -> None:
+        self.asked: list[WorkBatch] = []
+
+    def ask(self, message: WorkBatch, timeout: float | None) -> Future[Any]:
+        self.asked.append(message)
+        return Future()
+
+
+def test_each_hand_over_updates_the_payload_estimate() -> None:
+    worker = _Unanswered()
+    endpoint = ProcessEndpoint(1, 1, worker, None, None)  # type: ignore[arg-type]
+    envelopes: list[Envelope] = [(n, str(n), b"x" * 4000, None, None, "t", 1.0) for n in range(3)]
+
+    endpoint.push(Tranche(None, 1, "g", envelopes), [])
+
+    assert len(worker.asked) == 1 and list(worker.asked[0].payloads) == [b"x" * 4000] * 3
+    assert endpoint._size == 4001
