@@ -51,10 +51,7 @@ def run_handler(
             try:
                 handler(delivery)
             except catch as exc:
-                if log:
-                    logger.warning("handler raised on %r", delivery, exc_info=True)
-                cause = (type(exc).__qualname__, traceback.format_exc())
-                delivery._fail_if_pending("error", str(exc) or type(exc).__name__, cause)
+                _raised(delivery, exc, log)
             else:
                 # `Delivery._ack_if_pending`, inlined (this thread owns the buffer): the
                 # per-message path of every member and worker.
@@ -65,6 +62,14 @@ def run_handler(
         settled = handover.close_buffer()
         if settled and handover.sink is not None:
             handover.sink.tell(settled)
+
+
+def _raised(delivery: Delivery[Any], exc: BaseException, log: bool) -> None:
+    """Nack a delivery whose handler raised ``exc`` (reason ``error``, with its cause)."""
+    if log:
+        logger.warning("handler raised on %r", delivery, exc_info=True)
+    cause = (type(exc).__qualname__, traceback.format_exc())
+    delivery._fail_if_pending("error", str(exc) or type(exc).__name__, cause)
 
 
 class MemberActor(Actor):
