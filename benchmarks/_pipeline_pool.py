@@ -246,6 +246,7 @@ def _comparisons(medians: dict[str, float]) -> tuple[Comparison, ...]:
                    baseline="fork ProcessPoolExecutor(2).submit per message", target=3.0),
     )
 
+
 SCENARIOS = (
     Scenario(name="pipeline_pool", unit="msg/s",
              baseline="fork ProcessPoolExecutor(2).map(chunksize=100)",

