@@ -21,14 +21,12 @@ import cloudpickle
 from actors._actor import EXIT
 from actors._pykka import PYKKA_MESSAGES, MailboxRef, handle_pykka_message
 from actors.process import _wire as wire
+from actors.process._outbox import Outbox
 from actors.process._wire import PROTOCOL, ExitCode, dump_error, load
 
 __all__ = ["child_main"]
 
 logger = logging.getLogger(__name__)
-
-_FLUSH_EVERY = 256
-
 
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL us when the process that forked us dies."""
@@ -104,10 +102,8 @@ class _ChildHost:
         self.name = name
         self.factory, self.args, self.kwargs = factory, args, kwargs
         self.items: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
-        self.out: list[tuple[Any, ...]] = []
-        self.last_tell = 0
-        self.reported_tell = 0
         self.send_lock = threading.Lock()
+        self.out = Outbox(self._send)
         self.actor: Any = None
         self.stuck_after = stuck_after
         self.busy_since = 0.0  # when the running handler started; 0.0 while idle
@@ -120,6 +116,8 @@ class _ChildHost:
             os._exit(ExitCode.START_FAILED)
         self._send([(wire.READY, os.getpid())])
         threading.Thread(target=self._read, name=f"{self.name}-reader", daemon=True).start()
+        threading.Thread(target=self.out.run_flusher, name=f"{self.name}-flusher",
+                         daemon=True).start()
         if self.stuck_after is not None:
             threading.Thread(target=self._watchdog, args=(self.stuck_after,),
                              name=f"{self.name}-watchdog", daemon=True).start()
@@ -161,10 +159,12 @@ class _ChildHost:
             os._exit(ExitCode.READER_FAILED)
 
     def _loop(self) -> None:
-        get, out = self.items.get, self.out
+        get, out, empty = self.items.get, self.out, self.items.empty
         while True:
             kind, seq, payload = get()
-            self.busy_since = time.monotonic()
+            self.busy_since = started = time.monotonic()
+            if out.waiting and not out.armed:
+                out.arm()
             if kind == wire.TELL:
                 self._tell(seq, payload)
             elif kind == wire.ASK:
@@ -178,8 +178,8 @@ class _ChildHost:
             elif kind == wire.LOCAL_EXIT:
                 self._stop((wire.EXITED,))
             self.busy_since = 0.0
-            if len(out) >= _FLUSH_EVERY or self.items.empty():
-                self._flush()
+            if out.waiting and (empty() or out.due(started)):
+                out.flush()
 
     def _handle(self, message: Any) -> Any:
         if message.__class__ in PYKKA_MESSAGES:
@@ -195,7 +195,7 @@ class _ChildHost:
     def _fail(self, seq: int, exc: BaseException) -> None:
         """A handler failed the actor: ``SystemExit`` ends the process, the rest restart it."""
         if isinstance(exc, SystemExit):
-            self._flush()
+            self.out.flush()
             os._exit(exc.code if isinstance(exc.code, int) else 1)
         self._restart(seq, exc)
 
@@ -206,25 +206,25 @@ class _ChildHost:
             self._restart(seq, exc)
         else:
             self._call(message, seq)
-        self.last_tell = seq
+        self.out.told(seq)
 
     def _ask(self, seq: int, payload: bytes) -> None:
         try:
             result = self._handle(load(payload))
         except Exception as exc:
-            self.out.append((wire.REPLY, seq, False, dump_error(exc)))
+            self.out.add((wire.REPLY, seq, False, dump_error(exc)))
             return
         except BaseException as exc:  # SystemExit & co: the caller learns, the actor fails
-            self.out.append((wire.REPLY, seq, False, dump_error(exc)))
+            self.out.add((wire.REPLY, seq, False, dump_error(exc)))
             self._fail(seq, exc)
             return
         try:
             data = pickle.dumps(result, protocol=PROTOCOL)
         except Exception as exc:
             data = dump_error(TypeError(f"reply of actor {self.name!r} cannot be pickled: {exc}"))
-            self.out.append((wire.REPLY, seq, False, data))
+            self.out.add((wire.REPLY, seq, False, data))
             return
-        self.out.append((wire.REPLY, seq, True, data))
+        self.out.add((wire.REPLY, seq, True, data))
 
     def _local_ask(self, message: Any, future: Future[Any]) -> None:
         try:
@@ -239,29 +239,21 @@ class _ChildHost:
         """A tell failed: report it, then carry on with a fresh instance on the same queue."""
         with contextlib.suppress(Exception):
             self.actor.on_failure(type(exc), exc, exc.__traceback__)
-        self.out.append((wire.TELL_FAILED, seq, dump_error(exc)))
-        self._flush()
+        self.out.add((wire.TELL_FAILED, seq, dump_error(exc)))
+        self.out.flush()
         try:
             self._incarnate()
         except BaseException:
             logger.exception("actor %s could not restart in its process", self.name)
             os._exit(ExitCode.RESTART_FAILED)
-        self.out.append((wire.RESTARTED,))
+        self.out.add((wire.RESTARTED,))
 
     def _stop(self, last: tuple[Any, ...]) -> None:
         with contextlib.suppress(Exception):
             self.actor.on_stop()
-        self.out.append(last)
-        self._flush()
+        self.out.add(last)
+        self.out.flush()
         os._exit(ExitCode.NORMAL)
-
-    def _flush(self) -> None:
-        if self.last_tell != self.reported_tell:
-            self.reported_tell = self.last_tell
-            self.out.append((wire.DONE, self.last_tell))
-        if self.out:
-            items, self.out = self.out, []
-            self._send(items)
 
     def _send(self, items: list[tuple[Any, ...]]) -> None:
         with self.send_lock:

@@ -36,6 +36,14 @@ class Echo(Actor):
         if isinstance(message, tuple) and message[0] == "sleep":
             time.sleep(message[1])  # sleep-ok: simulates a slow handler in the worker
             return "slept"
+        if isinstance(message, tuple) and message[0] == "spin":
+            end = time.perf_counter() + message[1]
+            while time.perf_counter() < end:  # a CPU-bound handler, holding the GIL
+                pass
+            return "spun"
+        if isinstance(message, tuple) and message[0] == "wait":
+            with open(message[1]) as fifo:  # blocks until the test writes it
+                return fifo.read()
         self.seen.append(message)
         return message
 
@@ -130,6 +138,25 @@ def test_stop_ends_the_process_after_its_mail(system: ActorSystem) -> None:
 
     assert future.result(5) == "slept"  # mail handling itself: test_actor_kinds.py
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_replies_leave_while_a_later_handler_still_runs(system: ActorSystem, tmp_path: Any) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    ref = system.spawn(Echo, process=True)
+    ref.ask("pid").result(10)
+
+    long = ref.ask(("spin", 0.05))  # the two asks behind it arrive while it runs
+    short = ref.ask("short")
+    blocked = ref.ask(("wait", str(gate)))
+    replies = (long.result(10), short.result(10))  # not held until the inbox is empty
+    still_blocked = not blocked.done()
+    with open(gate, "w") as fifo:
+        fifo.write("released")
+
+    assert replies == ("spun", "short")
+    assert still_blocked
+    assert blocked.result(10) == "released"
 
 
 _PARENT = textwrap.dedent("""

@@ -1,0 +1,124 @@
+"""What a process actor's process reports to its parent, sent in few frames, never late."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from actors.process import _wire as wire
+
+__all__ = ["FLUSH_EVERY", "HOLD", "LATEST", "Outbox"]
+
+# Reports that make a frame at once, however busy the serving loop is.
+FLUSH_EVERY = 256
+# A message that took this long has its reply sent at once, with what waits before it.
+HOLD = 0.0002
+# The longest a report waits while a handler runs, about (the flusher thread's bound,
+# plus up to the interpreter's switch interval for it to run).
+LATEST = 0.02
+
+Report = tuple[Any, ...]
+
+
+class Outbox:
+    """Reports (replies, failures, tells done) on their way to the parent.
+
+    The serving loop sends what waits when its inbox is empty, when `FLUSH_EVERY`
+    reports wait, or when the message it just handled took `HOLD` or longer: a flood of
+    small messages costs a frame per burst, not per message, and a long one's reply
+    leaves as soon as it is done. Held until the inbox was empty, the answer to a
+    worker's hand-over waited for the next hand-over to finish: the parent learnt a
+    whole hand-over late that the worker had room, and the first hand-over's ack
+    deadline ran on meanwhile (two workers on rounds of 2,000 200-µs messages were busy
+    85-90% of the time, now 90.5-92.5%).
+
+    A flusher thread covers what the loop cannot: reports that wait while the next
+    handler runs long. The loop arms it only when it starts a message with reports
+    waiting (never between the asks of a round trip, so no wake-up of its own there).
+
+    Args:
+        send: writes one frame of reports (thread-safe).
+    """
+
+    def __init__(self, send: Callable[[list[Report]], None]) -> None:
+        self._send = send
+        self._items: list[Report] = []
+        self.waiting = False  # whether anything waits to be sent (a report, a tell done)
+        self.armed = False  # whether the flusher watches what waits
+        self._closed = False
+        self._since = 0.0  # when the oldest unsent report came (or a tell was done)
+        self._last_tell = 0
+        self._reported_tell = 0
+        self._lock = threading.Lock()
+        self._armed = threading.Condition(self._lock)
+        self._sending = threading.Lock()  # frames leave in the order of their reports
+
+    def add(self, report: Report) -> None:
+        """Queue ``report`` for the next frame."""
+        with self._lock:
+            self._note()
+            self._items.append(report)
+
+    def told(self, seq: int) -> None:
+        """Tells up to ``seq`` are done (the next frame says so)."""
+        with self._lock:
+            self._note()
+            self._last_tell = seq
+
+    def _note(self) -> None:
+        if not self.waiting:
+            self.waiting = True
+            self._since = time.monotonic()
+
+    def due(self, started: float) -> bool:
+        """Whether what waits should leave now, though the serving loop has more mail:
+        `FLUSH_EVERY` reports wait, or the message begun at ``started``
+        (``time.monotonic()``) took `HOLD` or longer."""
+        return len(self._items) >= FLUSH_EVERY or time.monotonic() - started >= HOLD
+
+    def arm(self) -> None:
+        """A message starts while reports wait: have the flusher send them if it runs
+        long."""
+        with self._lock:
+            if not self.armed:
+                self.armed = True
+                self._armed.notify()
+
+    def flush(self) -> None:
+        """Send every waiting report, in one frame."""
+        with self._sending:
+            with self._lock:
+                items, self._items = self._items, []
+                if self._last_tell != self._reported_tell:
+                    self._reported_tell = self._last_tell
+                    items.append((wire.DONE, self._last_tell))
+                self.waiting = False
+            if items:
+                self._send(items)
+
+    def close(self) -> None:
+        """End `run_flusher` (a process actor's process never does: it exits)."""
+        with self._lock:
+            self._closed = True
+            self._armed.notify()
+
+    def run_flusher(self) -> None:
+        """The flusher thread: once armed, send what waited `LATEST`; returns once closed."""
+        armed = self._armed
+        while True:
+            with self._lock:
+                while not self.armed and not self._closed:
+                    armed.wait()
+                if self._closed:
+                    return
+                if not self.waiting:
+                    self.armed = False
+                    continue
+                left = self._since + LATEST - time.monotonic()
+                if left > 0:
+                    armed.wait(left)
+                    continue
+                self.armed = False
+            self.flush()
