@@ -27,6 +27,10 @@ class Endpoint(Protocol):
     handovers: int | None
     tranches: bool
 
+    @property
+    def cost(self) -> float | None:
+        """Its handler's seconds per delivery, when measured (a worker process)."""
+
     def cap(self) -> int:
         """The most deliveries one hand-over may carry now."""
 

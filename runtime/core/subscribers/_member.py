@@ -141,6 +141,8 @@ class ThreadEndpoint:
         self.ref = ref
         self.window = window
 
+    cost = None  # a thread's handler time is not measured
+
     def cap(self) -> int:
         """A hand-over may fill the whole window."""
         return self.window

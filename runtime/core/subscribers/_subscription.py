@@ -207,6 +207,7 @@ class PullEndpoint:
     """
 
     handovers: int | None = None
+    cost: float | None = None  # a reader's time per message is not measured
 
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
                  window: int = 1, *, tranches: bool = False) -> None:

@@ -102,6 +102,11 @@ class ProcessEndpoint:
             size = min(size, HANDOVER_BYTES // self._size)
         return max(1, size)
 
+    @property
+    def cost(self) -> float | None:
+        """The handler's running seconds per delivery (None until a hand-over answered)."""
+        return self._cost
+
     def prefers_whole(self, count: int) -> bool:
         """True once this worker's handler is known to take ``count`` messages in less
         than `SPLIT_WORTH` (unknown: split, the safe choice for slow handlers)."""

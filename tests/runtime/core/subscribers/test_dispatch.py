@@ -162,6 +162,7 @@ class _Recorder:
 
     handovers = None
     tranches = False
+    cost: float | None = None
 
     def __init__(self, key: int, window: int = 32) -> None:
         self.key = self.subscriber_id = key
@@ -275,3 +276,28 @@ def test_equal_loads_take_turns_and_the_least_loaded_member_goes_first() -> None
 
     assert sorted([*first.got, *second.got]) == [[0], [1], [2], [3]]
     assert len(first.got) == len(second.got) == 2
+
+
+class _Timed(_Recorder):
+    """A worker-like recorder: two hand-overs in flight, its handler time per message
+    ``cost`` (None: not known yet)."""
+
+    handovers = 2
+
+    def __init__(self, key: int, cost: float | None) -> None:
+        super().__init__(key, window=1000)
+        self.cost = cost
+
+
+def test_a_backlog_goes_to_the_member_further_through_its_work() -> None:
+    quick, unknown = _Timed(1, cost=1e-9), _Timed(2, cost=None)
+    group, _ = _bare_group(quick, unknown)
+    publish_chunk(group, [(n, str(n), n, None, None, "t", None) for n in range(200)])
+
+    # Neither has answered; at a nanosecond a message, quick's 100 are done by now,
+    # while the 100 of unknown (its time not known) still count in full.
+    publish_chunk(group, [(n, str(n), n, None, None, "t", None) for n in range(200, 300)])
+
+    assert [len(batch) for batch in quick.got] == [100, 100]
+    assert [len(batch) for batch in unknown.got] == [100]
+    assert quick.got[1] == list(range(200, 300))

@@ -18,6 +18,7 @@ class _Worker:
     """A worker-like endpoint: at most two hand-overs of ``size`` in flight."""
 
     tranches = False
+    cost: float | None = None
     handovers: int | None = 2
 
     def __init__(self, key: int, window: int = 256, size: int = 64) -> None:

@@ -148,6 +148,7 @@ class _Member:
     window = 256
     handovers = None
     tranches = False
+    cost: float | None = None
 
     def __init__(self, key: int, whole: bool) -> None:
         self.key = self.subscriber_id = key
