@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from runtime.core._envelope import MESSAGE_ID, Envelope
@@ -23,6 +24,7 @@ from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 __all__ = ["PartlyPublished", "PublishPath", "check_keys"]
 
 _KEY_TYPES = frozenset({str, type(None)})
+_ID_OF = itemgetter(MESSAGE_ID)
 
 
 def check_keys(keys: list[Any]) -> None:
@@ -247,7 +249,7 @@ class PublishPath(FanOut):
             except (WouldBlock, TopicClosedError):
                 self._ledger.count("published", -count)  # refused whole: never entered
                 raise
-            ids.extend(e[MESSAGE_ID] for e in chunk)
+            ids.extend(map(_ID_OF, chunk))
             start += count
 
     def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
