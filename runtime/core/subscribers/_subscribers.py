@@ -21,8 +21,9 @@ from runtime.core.subscribers._gate import Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
 from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint
+from runtime.core.subscribers._pull import PullEndpoint
 from runtime.core.subscribers._ring import Ring
-from runtime.core.subscribers._subscription import PullEndpoint, PullSubscription, RingSource, Subscription
+from runtime.core.subscribers._subscription import PullSubscription, RingSource, Subscription
 from runtime.core.subscribers._workers import ProcessEndpoint, WorkerActor
 
 __all__ = ["Subscribers"]
