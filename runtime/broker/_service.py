@@ -143,14 +143,13 @@ class BrokerService(PublishWaiting):
         """Where the consumer stands from its offset ``start``, without leasing anything.
 
         Moves a log behind ``start`` forward (a restarted broker). Returns ``end`` (one
-        past the last leased offset) and ``waiting``: messages of the topic not settled
-        yet and not leased to this consumer (an upper bound of what the group holds for
-        it; other groups' and members' messages count too).
+        past the last leased offset) and ``waiting``: messages the group holds for its
+        members plus those handed to this consumer's member and not leased yet (what
+        other groups and subscribers have not settled does not count).
         """
         log = self._lease(name, group, consumer, lease_seconds)
         end = log.advance(start)
-        pending = self._bus.topic(name).stats().pending
-        return {"end": end, "waiting": max(pending - log.held(), 0)}
+        return {"end": end, "waiting": self._bus.topic(name)._queued(group) + log.unread()}
 
     def lease_missing(
         self, name: str, group: str, consumer: str, lease_seconds: float, start: int, end: int

@@ -83,6 +83,10 @@ class Subscribing(Generic[T]):
         self._check_open()
         return self._subscribers.subscription(group, prefetch, tranches=True)
 
+    def _queued(self, group: str) -> int:
+        """Messages ``group`` holds for its members, not handed to one yet."""
+        return self._subscribers.queued(group)
+
     def create_group(self, name: str) -> None:
         """Create balanced group ``name`` with no members yet (messages wait in it)."""
         self._check_open()

@@ -18,7 +18,8 @@ only records its log handed out, so an offset from a checkpoint that a restarted
 never served acks nothing.
 
 ``availableNow`` leases nothing up front: on its first batch it asks the broker how
-much waits (``lease_target``) and ends the run at that offset.
+much waits for it (``lease_target``: what its group holds) and ends the run at that
+offset, or earlier once nothing waits for it any more.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ logger = logging.getLogger(__name__)
 LEASE_FIELD = "lease"
 # Most lease calls for one batch (each stops when the group has nothing ready at once).
 _LEASE_ROUNDS = 8
+# How long an availableNow run goes on asking for messages the broker says still wait
+# for it (its group refills its member asynchronously) before it ends without them.
+AVAILABLE_NOW_PATIENCE = 10.0
 # Rows per Arrow batch handed to Spark, and in a task's first fetch: Spark streams a
 # task's batches on one at a time, so the first rows reach the next stage (a sink's
 # write) while the rest of the range is still being read.
@@ -159,9 +163,29 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return self._offset(first)
             rows = min(rows, self._target - first) if rows else self._target - first
         end = self._lease(first, rows)
+        if end == first and self._available_now:
+            end = self._lease_what_waits(first, rows)
         if end > first:
             self._last_batch = time.monotonic()
         return self._offset(end)
+
+    def _lease_what_waits(self, first: int, rows: int | None) -> int:
+        """An availableNow lease came back empty: an offset equal to ``first`` ends the
+        run, so ask again while the broker says messages still wait for this consumer
+        (its group refills the member after each ack, asynchronously: a busy machine
+        took longer than a lease lingers, and runs ended with rows unread). The target
+        shrinks to what still waits (other members may take some)."""
+        give_up = time.monotonic() + AVAILABLE_NOW_PATIENCE
+        while time.monotonic() < give_up:
+            where = self._call("lease_target", first)
+            waits = int(where["end"]) + int(where["waiting"])
+            self._target = waits if self._target is None else min(self._target, waits)
+            if first >= self._target:
+                break
+            end = self._lease(first, rows)
+            if end > first:
+                return end
+        return first
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """What the consumer could read now: leased plus waiting (``latestOffset`` in

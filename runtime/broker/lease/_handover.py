@@ -55,6 +55,8 @@ class LeaseSource(Protocol):
 
     def unsubscribe(self) -> None: ...
 
+    def _unread(self) -> int: ...
+
 
 def receive_pieces(source: LeaseSource, missing: int, linger: float) -> list[Piece]:
     """Up to about ``missing`` messages from ``source``, waiting at most ``linger``

@@ -165,6 +165,13 @@ class LeaseLog:
         with self._lock:
             return len(self._owners)
 
+    def unread(self) -> int:
+        """Messages the group handed this log's member that no lease holds yet."""
+        with self._lock:
+            spare = sum(1 if indexes is None else len(indexes) for _, indexes in self._spares)
+            source = self._source
+        return spare + (source._unread() if source is not None else 0)
+
     def advance(self, start: int) -> int:
         """Move an empty log forward to ``start`` (the consumer's checkpoint); return the end.
 

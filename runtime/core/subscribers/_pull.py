@@ -101,6 +101,13 @@ class PullEndpoint:
             self._group.tell(Credit(self.key, count, 0))
             return taken
 
+    def unread(self) -> int:
+        """Messages pushed here and not taken by a receive yet."""
+        with self._changed:
+            if self.tranches:
+                return sum(len(tranche.envelopes) for tranche in self._items)
+            return len(self._items)
+
     def give_back(self, tranches: list[Tranche]) -> None:
         """Put ``tranches`` back at the front of the buffer, in order (their credit was
         returned when they were taken: it is taken again)."""

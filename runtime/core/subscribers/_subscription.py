@@ -141,6 +141,12 @@ class PullSubscription(Subscription, Generic[T]):
             raise TypeError("receive_tranches reads a lease member only")
         return self._source.receive_tranches(max_messages, timeout)
 
+    def _unread(self) -> int:
+        """A group member's messages handed over and not received yet (0 for a
+        broadcast reader, which takes each entry as it receives)."""
+        source = self._source
+        return source.unread() if isinstance(source, PullEndpoint) else 0
+
     @property
     def tranches(self) -> bool:
         """True for a lease member (read with `receive_tranches`)."""
