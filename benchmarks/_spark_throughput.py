@@ -111,7 +111,12 @@ def _source_only(
     _run_to_end(_read(spark, broker, source.name, max(rows // 2, 1))
                 .writeStream.format("noop").trigger(availableNow=True)
                 .option("checkpointLocation", str(workdir / "source")).start())
-    return _rate(rows, source.stats().delivered, time.perf_counter() - began)
+    seconds = time.perf_counter() - began
+    # Untimed: the last batch's ack reaches the counters through the topic's tracker, a
+    # moment after the query ended (read at once, two full runs counted 835,872 and
+    # 934,176 of 1,000,000 delivered). A run that ended early leaves them pending.
+    source.join(_TIMEOUT)
+    return _rate(rows, source.stats().delivered, seconds)
 
 
 def _sink_only(
