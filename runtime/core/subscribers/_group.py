@@ -30,9 +30,10 @@ _MAX_DEFERRED = 16
 class GroupActor(Actor):
     """Holds a group's queued messages and hands them to members with credit.
 
-    Unkeyed messages wait in one FIFO and go to the members with the fewest unsettled
-    deliveries (ties rotate), split evenly when several have room, so a trickle of slow
-    messages spreads over every member. Keyed ones wait in a FIFO per member chosen by
+    Unkeyed messages wait in one FIFO and go to the members with the least work left
+    (their unsettled deliveries, less what a worker's running hand-over has done; ties
+    rotate), split evenly when several have room, so a trickle of slow messages spreads
+    over every member. Keyed ones wait in a FIFO per member chosen by
     key hash, so one key's messages keep their order while membership is stable.
     Redeliveries go first. Every message that leaves the queue gives its gate room back.
 
@@ -61,7 +62,7 @@ class GroupActor(Actor):
         self._members: list[Endpoint] = []
         self._unsettled: dict[int, int] = {}  # deliveries handed over, not credited back
         self._inflight: dict[int, int] = {}  # hand-overs handed over, not credited back
-        self._since: dict[int, float] = {}  # when a member's running hand-over started, about
+        self._since: dict[int, float] = {}  # when its running hand-over started, about
         self._ended: tuple[str, str | None] | None = None  # (reason, error) once ended
         self._stranded: list[Envelope] = []  # a chunk whose acceptance failed midway
         self._turn = 0  # rotates who goes first among equally loaded members
@@ -267,11 +268,9 @@ class GroupActor(Actor):
         return shares
 
     def _loads(self) -> dict[int, int]:
-        """Deliveries each member has yet to finish, about: its unsettled ones, less
-        what its running hand-over has done since it started (once its handler's time
-        per delivery is known). Balanced by unsettled counts, a worker whose hand-over
-        was nearly done counted as loaded as one that had just begun, and the last
-        hand-overs of a backlog left one worker idle while the other ran on."""
+        """Deliveries each member has yet to finish, about: its unsettled ones less what
+        its running hand-over did since it started, at its measured time per delivery
+        (by counts alone, a backlog's last hand-overs left one worker idle at its end)."""
         now, loads = time.monotonic(), {}
         for member in self._members:
             key = member.key
