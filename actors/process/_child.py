@@ -28,6 +28,7 @@ __all__ = ["child_main"]
 
 logger = logging.getLogger(__name__)
 
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL us when the process that forked us dies."""
     if not sys.platform.startswith("linux"):

@@ -52,7 +52,7 @@ class Outbox:
         self._last_tell = 0
         self._reported_tell = 0
         self._lock = threading.Lock()
-        self._armed = threading.Condition(self._lock)
+        self._wake = threading.Condition(self._lock)  # the flusher's
         self._sending = threading.Lock()  # frames leave in the order of their reports
 
     def add(self, report: Report) -> None:
@@ -84,7 +84,7 @@ class Outbox:
         with self._lock:
             if not self.armed:
                 self.armed = True
-                self._armed.notify()
+                self._wake.notify()
 
     def flush(self) -> None:
         """Send every waiting report, in one frame."""
@@ -102,15 +102,15 @@ class Outbox:
         """End `run_flusher` (a process actor's process never does: it exits)."""
         with self._lock:
             self._closed = True
-            self._armed.notify()
+            self._wake.notify()
 
     def run_flusher(self) -> None:
         """The flusher thread: once armed, send what waited `LATEST`; returns once closed."""
-        armed = self._armed
+        wake = self._wake
         while True:
             with self._lock:
                 while not self.armed and not self._closed:
-                    armed.wait()
+                    wake.wait()
                 if self._closed:
                     return
                 if not self.waiting:
@@ -118,7 +118,7 @@ class Outbox:
                     continue
                 left = self._since + LATEST - time.monotonic()
                 if left > 0:
-                    armed.wait(left)
+                    wake.wait(left)
                     continue
                 self.armed = False
             self.flush()

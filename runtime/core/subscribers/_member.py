@@ -134,14 +134,13 @@ class ThreadEndpoint:
 
     handovers: int | None = None
     tranches = False
+    cost: float | None = None  # a thread's handler time is not measured
 
     def __init__(self, seat: Seat, ref: Ref, window: int = THREAD_WINDOW) -> None:
         self.key = seat.key
         self.subscriber_id = seat.subscriber_id
         self.ref = ref
         self.window = window
-
-    cost = None  # a thread's handler time is not measured
 
     def cap(self) -> int:
         """A hand-over may fill the whole window."""
