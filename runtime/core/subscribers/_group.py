@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from itertools import chain
 from typing import Any
@@ -62,7 +61,6 @@ class GroupActor(Actor):
         self._members: list[Endpoint] = []
         self._unsettled: dict[int, int] = {}  # deliveries handed over, not credited back
         self._inflight: dict[int, int] = {}  # hand-overs handed over, not credited back
-        self._since: dict[int, float] = {}  # when its running hand-over started, about
         self._ended: tuple[str, str | None] | None = None  # (reason, error) once ended
         self._stranded: list[Envelope] = []  # a chunk whose acceptance failed midway
         self._turn = 0  # rotates who goes first among equally loaded members
@@ -91,11 +89,9 @@ class GroupActor(Actor):
         if message is ARRIVED:
             self._accept_arrivals(self._arrivals.take())
         elif type(message) is Credit:
-            key = message.key
-            if key in self._unsettled:  # else it left: its books went with it
-                self._unsettled[key] -= message.count
-                self._inflight[key] -= message.handovers
-                self._since[key] = time.monotonic()  # the next one (if any) runs now
+            if message.key in self._unsettled:  # else it left: its books went with it
+                self._unsettled[message.key] -= message.count
+                self._inflight[message.key] -= message.handovers
         elif isinstance(message, Requeue):
             self._requeue(message.items)
         elif isinstance(message, Join):
@@ -178,14 +174,12 @@ class GroupActor(Actor):
         self._members.append(endpoint)
         self._unsettled[endpoint.key] = 0
         self._inflight[endpoint.key] = 0
-        self._since[endpoint.key] = 0.0
         self._rebucket()
 
     def _leave(self, key: int) -> None:
         self._members = [m for m in self._members if m.key != key]
         self._unsettled.pop(key, None)
         self._inflight.pop(key, None)
-        self._since.pop(key, None)
         self._rebucket()
 
     def _rebucket(self) -> None:
@@ -243,7 +237,8 @@ class GroupActor(Actor):
             self._turn += 1
             turn = self._turn % len(ready)
             ready = ready[turn:] + ready[:turn]
-            loads = self._loads()
+            unsettled = self._unsettled  # less what workers did of their running hand-overs
+            loads = {m.key: m.left(unsettled[m.key]) for m in members}
             ready.sort(key=lambda m: loads[m.key])  # stable: equal loads keep the turn
             shares = self._shares(ready, unkeyed, loads)
             sent = 0
@@ -253,7 +248,7 @@ class GroupActor(Actor):
                 return
 
     def _shares(self, ready: list[Endpoint], unkeyed: int, loads: dict[int, int]) -> list[int]:
-        """Unkeyed messages for each ready member (least loaded first; see `_loads`).
+        """Unkeyed messages for each ready member (least loaded first: ``loads``).
 
         When every one prefers them whole (cheap handlers), the first takes them all.
         Else each is topped up toward an equal load across all members, so a member that
@@ -266,19 +261,6 @@ class GroupActor(Actor):
         shares = [max(target - loads[m.key], 0) for m in ready]
         shares[0] = max(shares[0], 1)
         return shares
-
-    def _loads(self) -> dict[int, int]:
-        """Deliveries each member has yet to finish, about: its unsettled ones less what
-        its running hand-over did since it started, at its measured time per delivery
-        (by counts alone, a backlog's last hand-overs left one worker idle at its end)."""
-        now, loads = time.monotonic(), {}
-        for member in self._members:
-            key = member.key
-            load, cost = self._unsettled[key], member.cost
-            if cost and self._inflight[key]:
-                load = max(load - int((now - self._since[key]) / cost), 0)
-            loads[key] = load
-        return loads
 
     def _send(self, member: Endpoint, room: int, share: int) -> int:
         """Hand ``member`` its keyed messages and up to ``share`` unkeyed ones, at most
@@ -295,8 +277,6 @@ class GroupActor(Actor):
         if not self._ledger.register(handover):
             self._ledger.settle(claim_all(handover, "closed"))
             return len(envelopes)
-        if not self._inflight[member.key]:
-            self._since[member.key] = time.monotonic()
         self._unsettled[member.key] += len(envelopes)
         self._inflight[member.key] += 1
         member.push(handover, out)

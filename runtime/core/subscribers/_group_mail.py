@@ -27,9 +27,8 @@ class Endpoint(Protocol):
     handovers: int | None
     tranches: bool
 
-    @property
-    def cost(self) -> float | None:
-        """Its handler's seconds per delivery, when measured (a worker process)."""
+    def left(self, unsettled: int) -> int:
+        """Of its ``unsettled`` deliveries, about how many it has yet to finish."""
 
     def cap(self) -> int:
         """The most deliveries one hand-over may carry now."""

@@ -134,7 +134,6 @@ class ThreadEndpoint:
 
     handovers: int | None = None
     tranches = False
-    cost: float | None = None  # a thread's handler time is not measured
 
     def __init__(self, seat: Seat, ref: Ref, window: int = THREAD_WINDOW) -> None:
         self.key = seat.key
@@ -145,6 +144,10 @@ class ThreadEndpoint:
     def cap(self) -> int:
         """A hand-over may fill the whole window."""
         return self.window
+
+    def left(self, unsettled: int) -> int:
+        """All of them: a thread's handler time is not measured."""
+        return unsettled
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Tell the member the batch (never blocks)."""

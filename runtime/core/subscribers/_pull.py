@@ -26,7 +26,6 @@ class PullEndpoint:
     """
 
     handovers: int | None = None
-    cost: float | None = None  # a reader's time per message is not measured
 
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
                  window: int = 1, *, tranches: bool = False) -> None:
@@ -56,6 +55,10 @@ class PullEndpoint:
     def cap(self) -> int:
         """A hand-over may fill the whole window."""
         return self.window
+
+    def left(self, unsettled: int) -> int:
+        """All of them: a reader's pace is not measured."""
+        return unsettled
 
     def receive(self, timeout: float | None) -> Delivery[Any]:
         """Block for the next still-pending delivery; returns credit for each taken."""

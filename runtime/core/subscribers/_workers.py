@@ -7,6 +7,7 @@ two hand-overs; what crosses the pipe and runs in the worker is in `_work_batch`
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, cast
@@ -82,6 +83,7 @@ class ProcessEndpoint:
         self._ack_timeout = ack_timeout
         self._renew = renew
         self._running: list[HandOver] = []  # in flight, in the order the worker takes them
+        self._since = 0.0  # when the worker began the first of them, about
         self._cost: float | None = None  # running handler seconds per message
         self._size: int | None = None  # running payload bytes per message (bytes payloads)
 
@@ -102,10 +104,15 @@ class ProcessEndpoint:
             size = min(size, HANDOVER_BYTES // self._size)
         return max(1, size)
 
-    @property
-    def cost(self) -> float | None:
-        """The handler's running seconds per delivery (None until a hand-over answered)."""
-        return self._cost
+    def left(self, unsettled: int) -> int:
+        """Of its ``unsettled`` deliveries, those it has yet to finish, about: less what
+        it did of its running hand-over since it began it, at its measured time per
+        delivery. Balanced by counts alone, a backlog's last hand-overs left one worker
+        idle while the other still ran a hand-over it had just begun."""
+        cost = self._cost
+        if not cost or not self._running:
+            return unsettled
+        return max(unsettled - int((time.monotonic() - self._since) / cost), 0)
 
     def prefers_whole(self, count: int) -> bool:
         """True once this worker's handler is known to take ``count`` messages in less
@@ -128,6 +135,8 @@ class ProcessEndpoint:
         except Exception as exc:  # e.g. a payload that does not pickle
             self._fail(tranche, "error", str(exc) or type(exc).__name__)
             return
+        if not self._running:
+            self._since = time.monotonic()
         self._running.append(tranche)  # only the answer callbacks remove (one I/O thread)
         future.add_done_callback(self._answered(tranche))
 
@@ -137,8 +146,10 @@ class ProcessEndpoint:
         running = self._running
         if handover in running:
             running.remove(handover)
-        if running and self._renew is not None:
-            self._renew(running[0])
+        if running:
+            self._since = time.monotonic()
+            if self._renew is not None:
+                self._renew(running[0])
 
     def _answered(self, tranche: Tranche) -> Callable[[Future[Any]], None]:
         def done(future: Future[Any]) -> None:

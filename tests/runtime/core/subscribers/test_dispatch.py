@@ -162,7 +162,6 @@ class _Recorder:
 
     handovers = None
     tranches = False
-    cost: float | None = None
 
     def __init__(self, key: int, window: int = 32) -> None:
         self.key = self.subscriber_id = key
@@ -174,6 +173,9 @@ class _Recorder:
 
     def prefers_whole(self, count: int) -> bool:
         return False
+
+    def left(self, unsettled: int) -> int:
+        return unsettled
 
     def cap(self) -> int:
         return self.window
@@ -279,23 +281,25 @@ def test_equal_loads_take_turns_and_the_least_loaded_member_goes_first() -> None
 
 
 class _Timed(_Recorder):
-    """A worker-like recorder: two hand-overs in flight, its handler time per message
-    ``cost`` (None: not known yet)."""
+    """A worker-like recorder: two hand-overs in flight; ``done`` when it has finished
+    what it holds, though it has not answered yet."""
 
     handovers = 2
 
-    def __init__(self, key: int, cost: float | None) -> None:
+    def __init__(self, key: int, done: bool) -> None:
         super().__init__(key, window=1000)
-        self.cost = cost
+        self.done = done
+
+    def left(self, unsettled: int) -> int:
+        return 0 if self.done else unsettled
 
 
 def test_a_backlog_goes_to_the_member_further_through_its_work() -> None:
-    quick, unknown = _Timed(1, cost=1e-9), _Timed(2, cost=None)
+    quick, unknown = _Timed(1, done=True), _Timed(2, done=False)
     group, _ = _bare_group(quick, unknown)
     publish_chunk(group, [(n, str(n), n, None, None, "t", None) for n in range(200)])
 
-    # Neither has answered; at a nanosecond a message, quick's 100 are done by now,
-    # while the 100 of unknown (its time not known) still count in full.
+    # Neither has answered; quick's 100 are done by now, unknown's still count in full.
     publish_chunk(group, [(n, str(n), n, None, None, "t", None) for n in range(200, 300)])
 
     assert [len(batch) for batch in quick.got] == [100, 100]

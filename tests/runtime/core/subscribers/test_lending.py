@@ -18,7 +18,6 @@ class _Worker:
     """A worker-like endpoint: at most two hand-overs of ``size`` in flight."""
 
     tranches = False
-    cost: float | None = None
     handovers: int | None = 2
 
     def __init__(self, key: int, window: int = 256, size: int = 64) -> None:
@@ -32,6 +31,9 @@ class _Worker:
 
     def prefers_whole(self, count: int) -> bool:
         return True
+
+    def left(self, unsettled: int) -> int:
+        return unsettled
 
     def cap(self) -> int:
         return self.size

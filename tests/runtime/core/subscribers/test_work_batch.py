@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -148,7 +149,6 @@ class _Member:
     window = 256
     handovers = None
     tranches = False
-    cost: float | None = None
 
     def __init__(self, key: int, whole: bool) -> None:
         self.key = self.subscriber_id = key
@@ -160,6 +160,9 @@ class _Member:
 
     def prefers_whole(self, count: int) -> bool:
         return self.whole
+
+    def left(self, unsettled: int) -> int:
+        return unsettled
 
     def cap(self) -> int:
         return self.window
@@ -194,6 +197,22 @@ def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap() -> No
     assert endpoint.prefers_whole(100) and not endpoint.prefers_whole(1_000)
     endpoint._cost = 0.02  # a CPU-heavy handler: even 2 messages are worth two workers
     assert not endpoint.prefers_whole(2)
+
+
+def test_a_worker_s_load_is_what_it_has_not_done_of_its_running_hand_over() -> None:
+    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+    endpoint._running = [object()]  # type: ignore[list-item]
+    endpoint._since = time.monotonic()
+    unknown = endpoint.left(100)  # its handler's time not known yet
+
+    endpoint._cost = 1e-9  # a nanosecond a message: all done by now
+    done = endpoint.left(100)
+    endpoint._cost = 10.0  # ten seconds a message: none done yet
+    begun = endpoint.left(100)
+    endpoint._cost, endpoint._running = 1e-9, []
+    idle = endpoint.left(100)  # nothing running: its unsettled ones are not begun
+
+    assert (unknown, done, begun, idle) == (100, 0, 100, 100)
 
 
 def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds() -> None:
