@@ -84,8 +84,9 @@ class Subscribing(Generic[T]):
         return self._subscribers.subscription(group, prefetch, tranches=True)
 
     def _queued(self, group: str) -> int:
-        """Messages ``group`` holds for its members, not handed to one yet."""
-        return self._subscribers.queued(group)
+        """Messages ``group`` holds for its members, not handed to one yet (0: no such
+        group)."""
+        return next((h.gate.used for h in self._subscribers.handles() if h.name == group), 0)
 
     def create_group(self, name: str) -> None:
         """Create balanced group ``name`` with no members yet (messages wait in it)."""

@@ -157,8 +157,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rows = self._rows(limit)
         if self._available_now:
             if self._target is None:
-                where = self._call("lease_target", first)
-                self._target = int(where["end"]) + int(where["waiting"])
+                self._target = self._readable(first)
             if first >= self._target:
                 return self._offset(first)
             rows = min(rows, self._target - first) if rows else self._target - first
@@ -177,9 +176,8 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shrinks to what still waits (other members may take some)."""
         give_up = time.monotonic() + AVAILABLE_NOW_PATIENCE
         while time.monotonic() < give_up:
-            where = self._call("lease_target", first)
-            waits = int(where["end"]) + int(where["waiting"])
-            self._target = waits if self._target is None else min(self._target, waits)
+            readable = self._readable(first)
+            self._target = readable if self._target is None else min(self._target, readable)
             if first >= self._target:
                 break
             end = self._lease(first, rows)
@@ -190,8 +188,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any]:
         """What the consumer could read now: leased plus waiting (``latestOffset`` in
         progress; minus ``endOffset`` it is the lag in messages)."""
-        where = self._call("lease_target", self._start)
-        return self._offset(int(where["end"]) + int(where["waiting"]))
+        return self._offset(self._readable(self._start))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Split ``[start, end)`` into ``partitions`` ranges.
@@ -257,8 +254,13 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return False
         if time.monotonic() - self._last_batch >= self.options.max_trigger_delay:
             return False
+        return self._readable(first) - first < least
+
+    def _readable(self, first: int) -> int:
+        """The offset the consumer could read up to from ``first``, leasing nothing:
+        what it leased plus what its group holds for it (``lease_target``)."""
         where = self._call("lease_target", first)
-        return bool(int(where["end"]) + int(where["waiting"]) - first < least)
+        return int(where["end"]) + int(where["waiting"])
 
     def _rows(self, limit: ReadLimit) -> int | None:
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None

@@ -160,11 +160,6 @@ class LeaseLog:
             self._fill(want)
             return max(start, min(want, self._base + len(self._owners)))
 
-    def held(self) -> int:
-        """How many records the consumer holds (leased, not acked)."""
-        with self._lock:
-            return len(self._owners)
-
     def unread(self) -> int:
         """Messages the group handed this log's member that no lease holds yet."""
         with self._lock:

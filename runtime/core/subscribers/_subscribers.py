@@ -80,12 +80,6 @@ class Subscribers:
         """A snapshot of the balanced groups (read without locking)."""
         return self._handles
 
-    def queued(self, name: str) -> int:
-        """Messages group ``name`` holds for its members, not handed over yet (0: no
-        such group)."""
-        group = self._groups.get(name)
-        return 0 if group is None else group.handle.gate.used
-
     def names(self) -> list[str]:
         """The groups' names, in creation order."""
         return [h.name for h in self._handles]
