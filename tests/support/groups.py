@@ -18,6 +18,38 @@ class _Mailbox:
         pass
 
 
+class FakeEndpoint:
+    """A group member without a thread or process: it records each hand-over's size.
+
+    It holds at most ``window`` deliveries unsettled, in hand-overs of at most ``size``
+    (the window when None); ``whole``: it prefers a chunk whole (a cheap worker) rather
+    than split. Its load is its unsettled count.
+    """
+
+    tranches = False
+    handovers: int | None = None
+
+    def __init__(self, key: int, window: int = 256, size: int | None = None,
+                 whole: bool = False) -> None:
+        self.key = self.subscriber_id = key
+        self.window = window
+        self.size = window if size is None else size
+        self.whole = whole
+        self.sizes: list[int] = []
+
+    def push(self, handover: Any, deliveries: list[Any]) -> None:
+        self.sizes.append(len(deliveries))
+
+    def prefers_whole(self, count: int) -> bool:
+        return self.whole
+
+    def left(self, unsettled: int) -> int:
+        return unsettled
+
+    def cap(self) -> int:
+        return self.size
+
+
 def bare_group(ledger: Ledger) -> GroupActor:
     """A group actor (not started) over ``ledger``, with its own arrivals."""
     arrivals = Arrivals()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.groups import bare_group, publish_chunk
+from support.groups import FakeEndpoint, bare_group, publish_chunk
 from support.reliability import append_line, read_lines
 
 from runtime import Bus, Delivery
@@ -157,28 +157,15 @@ def test_a_bad_prefetch_is_refused(prefetch: Any) -> None:
             topic.subscribe(lambda d: d.ack(), group="g", prefetch=prefetch)
 
 
-class _Recorder:
-    """A group endpoint that records what it is handed (unit tests of the group actor)."""
-
-    handovers = None
-    tranches = False
+class _Recorder(FakeEndpoint):
+    """A group endpoint that records the messages it is handed."""
 
     def __init__(self, key: int, window: int = 32) -> None:
-        self.key = self.subscriber_id = key
-        self.window = window
+        super().__init__(key, window)
         self.got: list[list[Any]] = []
 
     def push(self, handover: Any, deliveries: list[Any]) -> None:
         self.got.append([d.message for d in deliveries])
-
-    def prefers_whole(self, count: int) -> bool:
-        return False
-
-    def left(self, unsettled: int) -> int:
-        return unsettled
-
-    def cap(self) -> int:
-        return self.window
 
 
 def _bare_group(*members: _Recorder) -> tuple[Any, Any]:

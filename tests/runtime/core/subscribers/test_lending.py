@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from support.groups import group_of, publish_chunk
+from support.groups import FakeEndpoint, group_of, publish_chunk
 
 from runtime import Bus, Delivery
 from runtime.core._envelope import Envelope
@@ -14,29 +14,13 @@ from runtime.core.subscribers._group_mail import Credit
 from runtime.errors import WouldBlock
 
 
-class _Worker:
+class _Worker(FakeEndpoint):
     """A worker-like endpoint: at most two hand-overs of ``size`` in flight."""
 
-    tranches = False
     handovers: int | None = 2
 
     def __init__(self, key: int, window: int = 256, size: int = 64) -> None:
-        self.key = self.subscriber_id = key
-        self.window = window
-        self.size = size
-        self.sizes: list[int] = []
-
-    def push(self, handover: Any, deliveries: list[Delivery[Any]]) -> None:
-        self.sizes.append(len(deliveries))
-
-    def prefers_whole(self, count: int) -> bool:
-        return True
-
-    def left(self, unsettled: int) -> int:
-        return unsettled
-
-    def cap(self) -> int:
-        return self.size
+        super().__init__(key, window, size, whole=True)
 
 
 class _Thread(_Worker):

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from support.groups import group_of, publish_chunk
+from support.groups import FakeEndpoint, group_of, publish_chunk
 
 from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
@@ -143,44 +143,19 @@ def test_settlements_apply_reasons_and_skip_what_was_already_claimed() -> None:
     assert [d.state for d in deliveries] == [NACKED, NACKED, ACKED]
 
 
-class _Member:
-    """An endpoint that records the size of each hand-over."""
-
-    window = 256
-    handovers = None
-    tranches = False
-
-    def __init__(self, key: int, whole: bool) -> None:
-        self.key = self.subscriber_id = key
-        self.whole = whole
-        self.sizes: list[int] = []
-
-    def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
-        self.sizes.append(len(deliveries))
-
-    def prefers_whole(self, count: int) -> bool:
-        return self.whole
-
-    def left(self, unsettled: int) -> int:
-        return unsettled
-
-    def cap(self) -> int:
-        return self.window
-
-
 def _chunk(start: int) -> list[Envelope]:
     return [(n, str(n), n, None, {}, "t", None) for n in range(start, start + 100)]
 
 
 def test_a_chunk_is_split_evenly_unless_every_member_prefers_it_whole() -> None:
-    slow, other = _Member(1, whole=False), _Member(2, whole=True)
+    slow, other = FakeEndpoint(1, whole=False), FakeEndpoint(2, whole=True)
     publish_chunk(group_of(slow, other), _chunk(0))
 
     assert (slow.sizes, other.sizes) == ([50], [50])
 
 
 def test_cheap_members_take_whole_chunks_in_turn() -> None:
-    first, second = _Member(1, whole=True), _Member(2, whole=True)
+    first, second = FakeEndpoint(1, whole=True), FakeEndpoint(2, whole=True)
     group = group_of(first, second)
 
     for start in (0, 100, 200, 300):
