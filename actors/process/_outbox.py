@@ -13,7 +13,8 @@ __all__ = ["FLUSH_EVERY", "HOLD", "LATEST", "Outbox"]
 
 # Reports that make a frame at once, however busy the serving loop is.
 FLUSH_EVERY = 256
-# A message that took this long has its reply sent at once, with what waits before it.
+# A message that took this long has its reply sent at once, with what waits before it;
+# a reply waits for company behind short messages at most about this long.
 HOLD = 0.0002
 # The longest a report waits while a handler runs, about (the flusher thread's bound,
 # plus up to the interpreter's switch interval for it to run).
@@ -25,10 +26,12 @@ Report = tuple[Any, ...]
 class Outbox:
     """Reports (replies, failures, tells done) on their way to the parent.
 
-    The serving loop sends what waits when its inbox is empty, when `FLUSH_EVERY`
-    reports wait, or when the message it just handled took `HOLD` or longer: a flood of
-    small messages costs a frame per burst, not per message, and a long one's reply
-    leaves as soon as it is done. Held until the inbox was empty, the answer to a
+    The serving loop sends what waits when its inbox is empty, when the message it just
+    handled took `HOLD` or longer, or when replies wait (`FLUSH_EVERY` of them, or the
+    oldest for `HOLD`): a flood of small messages costs a frame per burst, not per
+    message, a long one's reply leaves as soon as it is done, and no reply waits long
+    behind short messages (a pool routing to the least busy member counts it as busy
+    until its replies arrive). Held until the inbox was empty, the answer to a
     worker's hand-over waited for the next hand-over to finish: the parent learnt a
     whole hand-over late that the worker had room, and the first hand-over's ack
     deadline ran on meanwhile (two workers on rounds of 2,000 200-µs messages were busy
@@ -40,10 +43,13 @@ class Outbox:
 
     Args:
         send: writes one frame of reports (thread-safe).
+        clock: ``time.monotonic`` (tests pass their own).
     """
 
-    def __init__(self, send: Callable[[list[Report]], None]) -> None:
+    def __init__(self, send: Callable[[list[Report]], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._send = send
+        self._clock = clock
         self._items: list[Report] = []
         self.waiting = False  # whether anything waits to be sent (a report, a tell done)
         self.armed = False  # whether the flusher watches what waits
@@ -70,13 +76,17 @@ class Outbox:
     def _note(self) -> None:
         if not self.waiting:
             self.waiting = True
-            self._since = time.monotonic()
+            self._since = self._clock()
 
     def due(self, started: float) -> bool:
         """Whether what waits should leave now, though the serving loop has more mail:
-        `FLUSH_EVERY` reports wait, or the message begun at ``started``
-        (``time.monotonic()``) took `HOLD` or longer."""
-        return len(self._items) >= FLUSH_EVERY or time.monotonic() - started >= HOLD
+        the message begun at ``started`` (on ``clock``) took `HOLD` or longer, or
+        replies wait: `FLUSH_EVERY` of them, or since `HOLD` ago (tells done alone wait
+        for an empty inbox: a flood of tells is not a frame each `HOLD`)."""
+        now, items = self._clock(), self._items
+        if items and (len(items) >= FLUSH_EVERY or now - self._since >= HOLD):
+            return True
+        return now - started >= HOLD
 
     def arm(self) -> None:
         """A message starts while reports wait: have the flusher send them if it runs
@@ -116,7 +126,7 @@ class Outbox:
                 if not self.waiting:
                     self.armed = False
                     continue
-                left = self._since + LATEST - time.monotonic()
+                left = self._since + LATEST - self._clock()
                 if left > 0:
                     wake.wait(left)
                     continue

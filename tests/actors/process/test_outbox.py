@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from actors.process import _wire as wire
@@ -37,17 +36,28 @@ def test_a_flush_sends_every_waiting_report_in_order_then_the_tells_done() -> No
 
 
 def test_reports_wait_for_company_only_behind_short_messages() -> None:
-    outbox = Outbox(_Frames())
+    now = [100.0]
+    outbox = Outbox(_Frames(), clock=lambda: now[0])
     outbox.add(("reply", 1))
-    now = time.monotonic()
 
-    short = outbox.due(started=now)
-    long = outbox.due(started=now - 2 * HOLD)
+    short = outbox.due(started=100.0)
+    long = outbox.due(started=100.0 - 2 * HOLD)
     for seq in range(2, FLUSH_EVERY + 1):
         outbox.add(("reply", seq))
-    full = outbox.due(started=time.monotonic())
+    full = outbox.due(started=100.0)
 
     assert (short, long, full) == (False, True, True)
+
+
+def test_replies_wait_behind_short_messages_for_hold_at_most_tells_done_longer() -> None:
+    now = [100.0]
+    replies, tells = (Outbox(_Frames(), clock=lambda: now[0]) for _ in range(2))
+    replies.add(("reply", 1))
+    tells.told(7)
+
+    now[0] += 2 * HOLD  # a flood of short messages went on meanwhile
+
+    assert replies.due(started=now[0]) and not tells.due(started=now[0])
 
 
 def test_the_flusher_sends_what_waits_once_armed_and_stops_when_closed() -> None:
