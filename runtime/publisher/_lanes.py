@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from typing import TypeVar
 
 from runtime.core._future import fail_future
+from runtime.core._message import NO_ATTRIBUTES
 from runtime.errors import OrderingKeyPausedError
 from runtime.publisher._batching import Batch, Batcher, Parts
 from runtime.publisher._flow_control import FlowGate
@@ -55,9 +56,15 @@ class Lanes:
             return self._columns(keys[0], datas, attributes, keys, futures, sizes)
         closed: list[Batch] = []
         if len(keys) >= COLUMNS_FROM * len(distinct):
+            # A lane's keys are its key, and bare publishes share one empty attributes
+            # object: those two columns are repeated, not picked.
+            bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
             for key, at in lanes_of(keys).items():
-                closed += self._columns(key, pick(datas, at), pick(attributes, at),
-                                        pick(keys, at), pick(futures, at), pick(sizes, at))
+                count = len(at)
+                closed += self._columns(
+                    key, pick(datas, at),
+                    [NO_ATTRIBUTES] * count if bare else pick(attributes, at),
+                    [key] * count, pick(futures, at), pick(sizes, at))
             return closed
         rows: dict[str | None, list[Parts]] = {}
         for row in zip(datas, attributes, keys, futures, sizes, strict=True):
