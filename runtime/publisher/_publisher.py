@@ -17,8 +17,7 @@ from typing import Any
 
 from actors import ActorSystem
 from runtime.core._future import MessageFuture
-from runtime.core._message import NO_ATTRIBUTES, Message
-from runtime.errors import PublishError
+from runtime.core._message import NO_ATTRIBUTES
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
@@ -196,20 +195,6 @@ class Publisher(Submitting):
         if ordering_key is not None:
             ordering_key = checked_key(ordering_key)
         return self._submit(data, attributes, ordering_key, size)
-
-    def publish_message(self, message: Message) -> Future[str]:
-        """Publish a prepared `Message` (its id and publish time are assigned anew).
-
-        Blocks and raises like `publish`.
-        """
-        if not isinstance(message, Message):
-            raise PublishError("publish_message takes a Message", 3)
-        data = as_bytes(message.data)
-        attributes, size = checked_attributes(message.attributes, len(data))
-        key = message.ordering_key
-        key = None if key is None else checked_key(key)
-        # A fresh Message: the caller's attributes dict may change after the call.
-        return self._submit(data, attributes, key, size)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every pending batch; wait until everything accepted before the call settled.

@@ -12,11 +12,18 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.core._future import MessageFuture
+from runtime.core._message import Message
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._intake import Intake, Row, reap
 from runtime.publisher._messages import Drain, SendNow
-from runtime.publisher._validation import MAX_MESSAGE_SIZE, closed_error
+from runtime.publisher._validation import (
+    MAX_MESSAGE_SIZE,
+    as_bytes,
+    checked_attributes,
+    checked_key,
+    closed_error,
+)
 
 __all__ = ["DRAIN", "SEND_NOW", "Submitting"]
 
@@ -32,6 +39,20 @@ class Submitting:
     _paused: frozenset[str]
     _tell: Callable[[Any], None]
     _send_now: Callable[[], None]
+
+    def publish_message(self, message: Message) -> Future[str]:
+        """Publish a prepared `Message` (its id and publish time are assigned anew).
+
+        Blocks and raises like `publish`.
+        """
+        if not isinstance(message, Message):
+            raise PublishError("publish_message takes a Message", 3)
+        data = as_bytes(message.data)
+        attributes, size = checked_attributes(message.attributes, len(data))
+        key = message.ordering_key
+        key = None if key is None else checked_key(key)
+        # A fresh Message: the caller's attributes dict may change after the call.
+        return self._submit(data, attributes, key, size)
 
     def _submit(self, data: bytes, attributes: dict[str, str], key: str | None,
                 size: int) -> Future[str]:
