@@ -41,7 +41,7 @@ from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import TIMEOUT, run_pipeline
 
-__all__ = ["SCENARIOS", "BatchCounter", "ignore", "queue_worker", "touch"]
+__all__ = ["SCENARIOS", "BatchCounter", "ignore", "queue_worker", "run_executor", "touch"]
 
 _WORKERS = 2
 _CHUNK = 100
@@ -134,7 +134,7 @@ def _run_pool(pool: Pool, messages: list[bytes]) -> None:
     _check(handled, len(messages))
 
 
-def _run_executor(executor: ProcessPoolExecutor, messages: list[bytes]) -> None:
+def run_executor(executor: ProcessPoolExecutor, messages: list[bytes]) -> None:
     handled = sum(1 for _ in executor.map(touch, messages, chunksize=_CHUNK, timeout=TIMEOUT))
     _check(handled, len(messages))
 
@@ -215,7 +215,7 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
             "bounded": _rate(messages, run_pipeline, ours.bounded, ours.bounded_publisher),
             "ordered": _rate(messages, _run_ordered, ours.topic, ours.ordered),
             "ordered_fc": _rate(messages, _run_ordered, ours.topic, ours.ordered_fc),
-            "executor": _rate(messages, _run_executor, executor),
+            "executor": _rate(messages, run_executor, executor),
             "pool": _rate(messages, _run_pool, pool),
             "kernel": _rate(messages, _run_kernel, ours.kernel),
             "queue": _rate(messages, queue.run),

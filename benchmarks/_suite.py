@@ -24,6 +24,7 @@ from . import (
     _publisher_batching,
     _spark,
     _thread_actors,
+    _tuned,
 )
 from ._harness import PROFILES, Profile, Result, Scenario
 from ._report import print_table, write_json
@@ -36,6 +37,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     *_cpu_scaling.SCENARIOS,
     *_pipeline.SCENARIOS,
     *_pipeline_pool.SCENARIOS,
+    *_tuned.SCENARIOS,
     *_cpu_scaling.FANOUT_SCENARIOS,
     *_fanout.SCENARIOS,
     *_publisher_batching.SCENARIOS,

@@ -13,8 +13,8 @@ from benchmarks import _spark
 
 KERNEL_SCENARIOS = ("actor_tell", "actor_ask", "process_roundtrip", "process_batched",
                     "cpu_scaling")
-RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "fanout_cpu", "broadcast_fanout", "batching",
-                     "latency", "memory_flow_control")
+RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "pipeline_tuned", "fanout_cpu",
+                     "broadcast_fanout", "batching", "latency", "memory_flow_control")
 SPARK_SCENARIOS = ("spark_source", "spark_sink")
 JSON_KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target"}
 NOT_YET = "runtime.spark measurement not available yet"

@@ -1,0 +1,99 @@
+"""The ``workers=2`` pipeline as a high-rate application would tune it (``pipeline_tuned``).
+
+``pipeline_pool`` runs every side with the interpreter and the Publisher as they come.
+Two settings belong to the application rather than to the library, and README's
+"Tuning a high-rate publisher" recommends both: larger Publisher batches
+(``BatchSettings(max_messages=1000)``), and a garbage collector that does not walk the
+start-up heap and the outstanding publish futures every few hundred messages
+(``gc.freeze()`` after start-up, ``gc.set_threshold(20_000, 10, 10)``). This row runs
+the plain Publisher -> ``workers=2`` pipeline with both, next to fork
+``ProcessPoolExecutor(2).map(chunksize=100)`` in the same interpreter with the same
+collector settings (its best configuration there too).
+
+It runs in a fresh interpreter, so the collector settings it makes reach no other
+scenario; both sides alternate there as everywhere else (`interleave`).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from runtime import BatchSettings, Bus
+
+from ._harness import Comparison, Profile, Scenario
+from ._measure import interleave, payloads, per_second
+from ._pipeline import run_pipeline
+from ._pipeline_pool import ignore, run_executor, touch
+
+__all__ = ["SCENARIOS", "measure_tuned", "run_tuned"]
+
+_WORKERS = 2
+_BATCHING = BatchSettings(max_messages=1000)
+_THRESHOLDS = (20_000, 10, 10)
+_TIMEOUTS = {"full": 600.0, "quick": 300.0, "smoke": 60.0}
+
+
+def run_tuned(count: int, repeats: int) -> dict[str, float]:
+    """Both sides' median rates in this interpreter, with the collector tuned after start-up.
+
+    Changes this interpreter's collector for good: call it in a process of its own.
+    """
+    messages = payloads(count)
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(_WORKERS, mp_context=context) as executor:
+        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker before the bus
+        with Bus() as bus:
+            topic = bus.create_topic("bench-pipeline-tuned")
+            topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
+            publisher = topic.publisher(batching=_BATCHING)
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(*_THRESHOLDS)
+            return interleave({
+                "ours": lambda: per_second(count, partial(run_pipeline, topic, publisher, messages)),
+                "executor": lambda: per_second(count, partial(run_executor, executor, messages)),
+            }, repeats=repeats)
+
+
+def measure_tuned(profile: Profile) -> Comparison:
+    """Our tuned pipeline's rate next to the executor's, from a fresh interpreter.
+
+    Raises:
+        RuntimeError: the child failed, or did not finish within its timeout.
+    """
+    count = profile.count(100_000, minimum=1_000)
+    code = ("import json; from benchmarks._tuned import run_tuned; "
+            f"print('RESULT ' + json.dumps(run_tuned({count}, {profile.repeats})))")
+    timeout = _TIMEOUTS[profile.name]
+    child = subprocess.Popen(  # its own session: a timeout kills it with every process it started
+        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except BaseException as exc:  # a timeout, or Ctrl-C
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise RuntimeError(f"the tuned pipeline did not finish within {timeout:.0f} s") from None
+        raise
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if child.returncode != 0 or not lines:
+        raise RuntimeError(f"tuned pipeline child exited {child.returncode}: {stderr[-400:]}")
+    medians: dict[str, float] = json.loads(lines[-1].removeprefix("RESULT "))
+    return Comparison(value=medians["ours"], baseline_value=medians["executor"])
+
+
+SCENARIOS = (
+    Scenario(name="pipeline_tuned", unit="msg/s",
+             baseline="fork ProcessPoolExecutor(2).map(chunksize=100), same tuned interpreter",
+             target=None, measure=measure_tuned),
+)
