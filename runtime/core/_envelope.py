@@ -17,7 +17,7 @@ from runtime.core._message import NO_ATTRIBUTES, new_message
 
 __all__ = [
     "ATTRIBUTES", "KEY", "MESSAGE_ID", "PAYLOAD", "SEQ", "STAMP_TIME", "TOPIC", "Envelope",
-    "message_of",
+    "message_ids", "message_of",
 ]
 
 # (seq, message_id, payload, key, attributes, topic, stamp_time)
@@ -30,6 +30,11 @@ ATTRIBUTES: Final = 4
 TOPIC: Final = 5
 STAMP_TIME: Final = 6
 
+# A message's id is its sequence number in decimal. Ids of consecutive numbers are built
+# as a prefix and a suffix from this table: half the time of str() per number (100 ids:
+# 4.3 against 8.4 µs), one of the costs per message of every Publisher batch.
+_SUFFIXES = tuple(f"{n:03d}" for n in range(1000))
+
 
 def message_of(envelope: Envelope) -> Any:
     """The message subscribers see: the object itself, or the stamped `Message`."""
@@ -39,3 +44,20 @@ def message_of(envelope: Envelope) -> Any:
     attributes = envelope[ATTRIBUTES]
     return new_message(envelope[PAYLOAD], NO_ATTRIBUTES if attributes is None else attributes,
                        envelope[KEY], envelope[MESSAGE_ID], stamp_time)
+
+
+def message_ids(first: int, count: int) -> list[str]:
+    """The ids of sequence numbers ``first`` to ``first + count - 1`` (``first >= 0``):
+    ``[str(n) for n in range(first, first + count)]``, faster."""
+    ids: list[str] = []
+    number, end = first, first + count
+    while number < end:
+        high, low = divmod(number, 1000)
+        stop = min(end, number + 1000 - low)
+        if high:
+            prefix = str(high)
+            ids += [prefix + suffix for suffix in _SUFFIXES[low:low + stop - number]]
+        else:
+            ids += map(str, range(number, stop))
+        number = stop
+    return ids

@@ -10,7 +10,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from runtime.core._envelope import MESSAGE_ID, Envelope
+from runtime.core._envelope import MESSAGE_ID, Envelope, message_ids
 from runtime.core._fan_out import FanOut
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
@@ -143,8 +143,11 @@ class PublishPath(FanOut):
                 for data, attrs, key, seq in zip(datas, attributes, keys, self._seqs, strict=False)
             ]
         seqs = list(itertools.islice(self._seqs, len(datas)))  # none: built in C, no loop
-        return list(zip(seqs, map(str, seqs), datas, keys, repeat(None), repeat(topic),
-                        repeat(now)))
+        # Consecutive unless another thread took a number meanwhile (a collection that
+        # ran Python code can switch threads inside islice): then one by one.
+        consecutive = seqs and seqs[-1] - seqs[0] == len(seqs) - 1
+        ids = message_ids(seqs[0], len(seqs)) if consecutive else list(map(str, seqs))
+        return list(zip(seqs, ids, datas, keys, repeat(None), repeat(topic), repeat(now)))
 
     def publish_one(
         self, message: Any, key: str | None, attributes: dict[str, str] | None,
