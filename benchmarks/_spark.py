@@ -21,15 +21,12 @@ exist yet -- never a made-up figure.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from ._child import ChildFailed, run_child
 from ._harness import Comparison, Profile, Scenario, Skip
 
 __all__ = ["SCENARIOS", "SparkRun"]
@@ -62,7 +59,8 @@ def _read(path: Path) -> str:
 
 
 def _measure_in_child(rows: int, timeout: float) -> dict[str, Any]:
-    """Run the measurement in a new interpreter (own process group); kill the group on timeout.
+    """Run the measurement in a new interpreter (own session: the JVM it starts is killed
+    with it on timeout).
 
     Raises:
         Skip: the measurement cannot be imported.
@@ -70,23 +68,12 @@ def _measure_in_child(rows: int, timeout: float) -> dict[str, Any]:
     """
     code = (f"import json; from {_MEASUREMENT} import measure_spark_throughput as m; "
             f"print('RESULT ' + json.dumps(m({rows}, master='local[2]')))")
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except BaseException as exc:  # a timeout, or Ctrl-C (the child has its own session)
-        os.killpg(child.pid, signal.SIGKILL)  # the child and the JVM it started
-        child.communicate()
-        if isinstance(exc, subprocess.TimeoutExpired):
-            raise RuntimeError(f"the Spark measurement did not finish within {timeout:.0f} s") from None
+        figures: dict[str, Any] = run_child(code, timeout, "the Spark measurement")
+    except ChildFailed as failed:
+        if "ImportError" in failed.stderr and "measure_spark_throughput" in failed.stderr:
+            raise Skip(_NOT_YET) from None
         raise
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    if child.returncode != 0 or not lines:
-        if "ImportError" in stderr and "measure_spark_throughput" in stderr:
-            raise Skip(_NOT_YET)
-        raise RuntimeError(f"Spark child exited {child.returncode}: {stderr[-400:]}")
-    figures: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     return figures
 
 

@@ -17,18 +17,13 @@ scenario; both sides alternate there as everywhere else (`interleave`).
 from __future__ import annotations
 
 import gc
-import json
 import multiprocessing
-import os
-import signal
-import subprocess
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
-from pathlib import Path
 
 from runtime import BatchSettings, Bus
 
+from ._child import run_child
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import run_pipeline
@@ -68,27 +63,12 @@ def measure_tuned(profile: Profile) -> Comparison:
     """Our tuned pipeline's rate next to the executor's, from a fresh interpreter.
 
     Raises:
-        RuntimeError: the child failed, or did not finish within its timeout.
+        RuntimeError: the child failed (`ChildFailed`), or did not finish within its timeout.
     """
     count = profile.count(100_000, minimum=1_000)
     code = ("import json; from benchmarks._tuned import run_tuned; "
             f"print('RESULT ' + json.dumps(run_tuned({count}, {profile.repeats})))")
-    timeout = _TIMEOUTS[profile.name]
-    child = subprocess.Popen(  # its own session: a timeout kills it with every process it started
-        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except BaseException as exc:  # a timeout, or Ctrl-C
-        os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
-        if isinstance(exc, subprocess.TimeoutExpired):
-            raise RuntimeError(f"the tuned pipeline did not finish within {timeout:.0f} s") from None
-        raise
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    if child.returncode != 0 or not lines:
-        raise RuntimeError(f"tuned pipeline child exited {child.returncode}: {stderr[-400:]}")
-    medians: dict[str, float] = json.loads(lines[-1].removeprefix("RESULT "))
+    medians: dict[str, float] = run_child(code, _TIMEOUTS[profile.name], "the tuned pipeline")
     return Comparison(value=medians["ours"], baseline_value=medians["executor"])
 
 
