@@ -27,10 +27,10 @@ The families and their modules:
   ``ActorSystem.pool`` asked per 100 (the kernel ceiling), a batched fork
   ``multiprocessing.Queue`` (the limit); ``/max_pending`` and ``/ordered_fc`` against the
   plain path (0.8), ``/publish1`` (``topic.publish`` one at a time) vs ``submit`` (3.0).
-- ``_tuned``: ``pipeline_tuned``, the plain ``pipeline_pool`` path as a high-rate
-  application would tune it (``max_messages=1000``, the collector frozen after start-up
-  and a first threshold of 20,000) vs ``ProcessPoolExecutor.map`` in the same tuned
-  interpreter (a fresh one; report only).
+- ``_tuned``: ``pipeline_tuned``, the plain ``pipeline_pool`` path and
+  ``ProcessPoolExecutor.map`` in one fresh interpreter whose collector is set as a
+  high-rate application would (frozen after start-up, a first threshold of 20,000;
+  report only).
 - ``_cpu_scaling`` also holds ``fanout_cpu``: a ~200 us handler, one-at-a-time publish to
   ``workers=2``, its speedup over serial vs the best stdlib pool's (target 0.95).
 - ``_fanout``: ``broadcast_fanout``, 8 broadcast subscribers, cost per delivery.

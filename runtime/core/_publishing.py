@@ -145,7 +145,7 @@ class PublishPath(FanOut):
         seqs = list(itertools.islice(self._seqs, len(datas)))  # none: built in C, no loop
         # Consecutive unless another thread took a number meanwhile (a collection that
         # ran Python code can switch threads inside islice): then one by one.
-        consecutive = seqs and seqs[-1] - seqs[0] == len(seqs) - 1
+        consecutive = len(seqs) > 0 and seqs[-1] - seqs[0] == len(seqs) - 1
         ids = message_ids(seqs[0], len(seqs)) if consecutive else list(map(str, seqs))
         return list(zip(seqs, ids, datas, keys, repeat(None), repeat(topic), repeat(now)))
 

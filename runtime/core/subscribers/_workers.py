@@ -34,7 +34,7 @@ PROCESS_HANDOVERS = 2
 # before the worker's handler time is known, hold `FIRST_BATCH` (a slow handler must not
 # get a batch that outlives its ack deadline). Each hand-over costs the parent a round
 # of thread wake-ups (answer, credit, the topic's gate, the Publisher's confirmation), and
-# a wake-up costs a thread ~25 µs of CPU on a 2-vCPU VM: 4,096 rather than 1,024 took
+# a wake-up costs a thread ~20 µs of CPU on a 2-vCPU VM: 4,096 rather than 1,024 took
 # `pipeline_pool` from 348-367k to 381-394k msg/s (three alternated runs).
 PROCESS_BATCH = 4096
 SLOW_BATCH = 256
