@@ -3,7 +3,7 @@
 All batching and ordering state lives in this actor and changes only in its thread.
 Callers (the `Publisher` handle) reach it through its mailbox:
 
-- `Publish` (one tell per message) adds a message to its lane's open batch;
+- `Drain` (once per burst of publishes: see `Intake`) adds them to their lanes' batches;
 - `SendNow` closes every open batch (a publish about to block in flow control) unless
   the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
@@ -25,7 +25,6 @@ from typing import Any
 
 from actors import Actor, Ref
 from runtime.core._future import fail_future, resolve_all
-from runtime.core._publishing import PartlyPublished
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
@@ -59,6 +58,7 @@ class PublisherActor(Actor):
     Args:
         topic: anything with ``name`` and ``_publish_batch``.
         gate: the flow-control gate shared with the handle; released here.
+        intake: where the handle leaves admitted messages for `Drain`.
         batching: the initial thresholds.
         message_ordering: whether ordering keys get their own lanes.
         on_paused: called (in this thread) with the paused keys whenever they change.
@@ -212,7 +212,7 @@ class PublisherActor(Actor):
             return
         del self._in_flight[done.batch_id]
         batch = self._outstanding[done.batch_id]
-        ids, error = _outcome(done.result, len(batch))
+        ids, error = done.outcome(len(batch))
         self._settle(batch, ids, error)
         if self._gate.congested:
             self._relieve()
@@ -282,19 +282,3 @@ class PublisherActor(Actor):
 
 
 _TICK = Tick()
-
-
-def _outcome(
-    result: Future[list[str]], count: int
-) -> tuple[list[str] | None, BaseException | None]:
-    """The ids of a settled batch future, or the error that fails the whole batch; both
-    when the topic accepted only a prefix of it."""
-    try:
-        ids = result.result(timeout=0)
-    except PartlyPublished as partial:
-        return partial.ids, partial.error
-    except BaseException as exc:  # CancelledError included: the batch failed
-        return None, exc
-    if len(ids) != count:
-        return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
-    return ids, None

@@ -1,6 +1,6 @@
 """The mailbox messages of the Publisher actor, and the topic seam it publishes through.
 
-All are immutable. ``Publish`` is a plain tuple because it is sent once per message.
+All are immutable.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.core._message import Message
+from runtime.core._publishing import PartlyPublished
+from runtime.errors import PublishError
 from runtime.publisher._batching import BatchSettings
 
 __all__ = [
@@ -17,7 +19,6 @@ __all__ = [
     "BatchTopic",
     "Drain",
     "Flush",
-    "Publish",
     "Resume",
     "SendNow",
     "SetOptions",
@@ -37,10 +38,6 @@ class BatchTopic(Protocol):
     def name(self) -> str: ...
 
     def _publish_batch(self, messages: list[Message]) -> Future[list[str]]: ...
-
-
-# Tell: one admitted message, its future and its size. A plain tuple: the hot path.
-Publish = tuple[Message, "Future[str]", int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +68,19 @@ class BatchDone:
 
     batch_id: int
     result: Future[list[str]]
+
+    def outcome(self, count: int) -> tuple[list[str] | None, BaseException | None]:
+        """The ids of the batch's ``count`` messages, or the error that fails them all;
+        both when the topic accepted only a prefix of the batch."""
+        try:
+            ids = self.result.result(timeout=0)
+        except PartlyPublished as partial:
+            return partial.ids, partial.error
+        except BaseException as exc:  # CancelledError included: the batch failed
+            return None, exc
+        if len(ids) != count:
+            return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
+        return ids, None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
