@@ -36,11 +36,15 @@ writes replace values in place, and nothing here reads ``__dict__``.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
+from operator import attrgetter
 from typing import Any, TypeVar
+from weakref import getweakrefcount
 
-__all__ = ["MessageFuture", "fail_future", "resolve_all"]
+__all__ = ["MessageFuture", "drop_unreachable", "fail_future", "resolve_all"]
 
 T = TypeVar("T")
 
@@ -111,14 +115,19 @@ class MessageFuture(Future[T]):
         self._invoke_callbacks()  # type: ignore[attr-defined]
 
 
-def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
-    """``set_result`` for each pair, in order; a future already done is skipped.
+def resolve_all(futures: Sequence[Future[T] | None], results: Sequence[T]) -> None:
+    """``set_result`` for each pair, in order; a future already done, or None (dropped
+    by `drop_unreachable`), is skipped.
 
     The Publisher resolves a whole batch here. A `MessageFuture` nobody has touched
     takes `MessageFuture.set_result`'s lock-free path, inlined, without a call per
     future.
     """
+    if futures.count(None) == len(futures):
+        return
     for future, result in zip(futures, results, strict=True):
+        if future is None:
+            continue
         if future.__class__ is MessageFuture and future._made is None:
             if future._state is _PENDING:
                 future._result = result
@@ -130,8 +139,53 @@ def resolve_all(futures: list[Future[T]], results: list[T]) -> None:
             future.set_result(result)
 
 
-def fail_future(future: Future[Any], error: BaseException) -> None:
+def fail_future(future: Future[Any] | None, error: BaseException) -> None:
     """``set_exception``, unless the future is already done (or cancelled, for a plain
-    `Future` of the caller's)."""
+    `Future` of the caller's), or None (`drop_unreachable` dropped it)."""
+    if future is None:
+        return
     with contextlib.suppress(InvalidStateError):
         future.set_exception(error)
+
+
+def _held_only_by_a_list() -> int:
+    """What `sys.getrefcount`, mapped over a list, reports for an item nothing else holds."""
+    probe: list[object] = [MessageFuture()]
+    return next(map(sys.getrefcount, probe))
+
+
+_MADE = attrgetter("_made")
+# -1 where reference counts say nothing reliable (no counts, or no GIL): nothing is dropped.
+_ALONE = (
+    _held_only_by_a_list()
+    if hasattr(sys, "getrefcount") and getattr(sys, "_is_gil_enabled", lambda: True)()
+    else -1
+)
+
+
+def drop_unreachable(futures: list[MessageFuture[T]]) -> list[Future[T] | None]:
+    """``futures``, with None in place of each future that nobody can ever observe.
+
+    A future is unreachable when this list holds its only reference, no weak reference
+    to it exists, and it has no condition (so no callback and no waiter): whoever called
+    ``publish`` dropped it, and nothing can get it back. Resolving it would change nothing
+    anyone can see, and keeping it until its batch is confirmed makes every garbage
+    collection walk it meanwhile. Someone who may still read a future holds a reference
+    (a variable, a list, the stack of a ``publish`` call that has not returned), and only
+    a holder can add a callback or a weak reference, so a future found alone here stays
+    alone.
+    """
+    counts = list(map(sys.getrefcount, futures)) if _ALONE > 0 else []
+    alone = counts.count(_ALONE)
+    if alone == len(futures) and alone:  # the common case, in C calls
+        made = list(map(_MADE, futures))
+        if made.count(None) == alone and not any(map(getweakrefcount, futures)):
+            return [None] * alone
+    kept: list[Future[T] | None] = list(futures)
+    if not alone:
+        return kept
+    for index, count in enumerate(counts):
+        future = futures[index]
+        if count == _ALONE and future._made is None and getweakrefcount(future) == 0:
+            kept[index] = None
+    return kept

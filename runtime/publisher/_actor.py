@@ -11,8 +11,10 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `BatchDone` comes back from the topic's future, through a tell, for every batch sent;
 - `SetOptions` and `Resume` are asks.
 
-Every message's future resolves exactly once, and its flow-control capacity is released
-exactly once, in `_settle` — on confirmation, failure, a paused key or a stop.
+Every message's capacity is released, and its future resolved, exactly once, in
+`_settle`: on confirmation, failure, a paused key or a stop. A future nobody can read
+any more is dropped when its message is drained (`drop_unreachable`): the collector
+would walk it until then.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core._future import fail_future, resolve_all
+from runtime.core._future import drop_unreachable, fail_future, resolve_all
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
@@ -135,7 +137,8 @@ class PublisherActor(Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        for batch in self._lanes.add(datas, attributes, keys, futures, sizes,
+        kept = drop_unreachable(futures)  # the dropped ones are freed on return
+        for batch in self._lanes.add(datas, attributes, keys, kept, sizes,
                                      ordering=self._ordering):
             self._close(batch)
         if self._tick_at is None:

@@ -26,7 +26,7 @@ from runtime.errors import PublishError
 __all__ = ["Batch", "BatchSettings", "Batcher", "Parts"]
 
 # One message on its way into a batch: data, attributes, ordering key, future, size.
-Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str]", int]
+Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str] | None", int]
 
 
 def _invalid(setting: str, detail: str, value: object) -> PublishError:
@@ -92,7 +92,7 @@ class Batch:
         self.datas: list[bytes] = []
         self.attributes: list[dict[str, str]] = []
         self.keys: list[str | None] = []
-        self.futures: list[Future[str]] = []
+        self.futures: list[Future[str] | None] = []
         self.size = 0
 
     @property
@@ -102,7 +102,7 @@ class Batch:
 
     def extend(
         self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str]],
+        keys: list[str | None], futures: list[Future[str] | None],
     ) -> None:
         """Append ``part`` of the parallel lists (``size`` bytes in all)."""
         self.datas += datas[part]
@@ -190,7 +190,7 @@ class Batcher:
 
     def add_columns(
         self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
+        keys: list[str | None], futures: list[Future[str] | None], sizes: list[int],
     ) -> list[Batch]:
         """`add_many` for messages given as parallel lists, one lane: a slice per batch.
 

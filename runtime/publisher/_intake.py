@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from itertools import compress
 from typing import Any
 
-from runtime.core._future import fail_future
+from runtime.core._future import MessageFuture, fail_future
 from runtime.publisher._flow_control import FlowGate
 
 __all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
@@ -17,9 +16,9 @@ __all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
 # message at publish (limits in force), False when nothing limits the Publisher and the
 # actor counts it when it takes the message.
 WIDTH = 6
-Row = tuple[bytes, dict[str, str], "str | None", "Future[str]", int, bool]
+Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, bool]
 Columns = tuple[
-    list[bytes], list[dict[str, str]], list["str | None"], list["Future[str]"], list[int],
+    list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],
     list[bool],
 ]
 

@@ -46,7 +46,7 @@ class Lanes:
 
     def add(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-        futures: list[Future[str]], sizes: list[int], *, ordering: bool,
+        futures: list[Future[str] | None], sizes: list[int], *, ordering: bool,
     ) -> list[Batch]:
         """Add a burst, in publish order per lane; return the batches it closed."""
         if not ordering:
@@ -78,14 +78,14 @@ class Lanes:
 
     def _columns(
         self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
+        keys: list[str | None], futures: list[Future[str] | None], sizes: list[int],
     ) -> list[Batch]:
         if key is not None and self._sequencer.is_paused(key):
             self._refuse(key, futures, sum(sizes))
             return []
         return self._batcher.add_columns(key, datas, attributes, keys, futures, sizes)
 
-    def _refuse(self, key: str, futures: list[Future[str]], nbytes: int) -> None:
+    def _refuse(self, key: str, futures: list[Future[str] | None], nbytes: int) -> None:
         """Fail a paused key's messages and release their capacity."""
         error = OrderingKeyPausedError(key)
         for future in futures:

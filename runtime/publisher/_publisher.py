@@ -158,7 +158,7 @@ class Publisher(Submitting):
             # The common calls, bare bytes with or without a valid key: `_submit`, inlined
             # (its calls cost ~10% of publish without limits).
             size = len(data)
-            future: Future[str] = MessageFuture()
+            future: MessageFuture[str] = MessageFuture()
             intake, gate = self._intake, self._gate
             if gate.free:
                 intake.rows.extend((data, NO_ATTRIBUTES, ordering_key, future, size, False))

@@ -60,7 +60,7 @@ class Submitting:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
         if key is not None and key in self._paused:
             raise OrderingKeyPausedError(key)
-        future: Future[str] = MessageFuture()
+        future: MessageFuture[str] = MessageFuture()
         intake = self._intake
         if self._gate.free:
             # No limits: nothing to admit, so no lock; the actor counts the message when
