@@ -155,6 +155,7 @@ def _held_only_by_a_list() -> int:
 
 
 _MADE = attrgetter("_made")
+_STATE = attrgetter("_state")
 # -1 where reference counts say nothing reliable (no counts, or no GIL): nothing is dropped.
 _ALONE = (
     _held_only_by_a_list()
@@ -163,7 +164,9 @@ _ALONE = (
 )
 
 
-def drop_unreachable(futures: list[MessageFuture[T]]) -> list[Future[T] | None]:
+def drop_unreachable(
+    futures: list[MessageFuture[T]], spares: list[MessageFuture[T]], limit: int
+) -> list[Future[T] | None]:
     """``futures``, with None in place of each future that nobody can ever observe.
 
     A future is unreachable when this list holds its only reference, no weak reference
@@ -174,18 +177,30 @@ def drop_unreachable(futures: list[MessageFuture[T]]) -> list[Future[T] | None]:
     (a variable, a list, the stack of a ``publish`` call that has not returned), and only
     a holder can add a callback or a weak reference, so a future found alone here stays
     alone.
+
+    A dropped future that is still pending is as good as a new one: it goes to
+    ``spares`` (while it holds fewer than ``limit``) for the next ``publish`` to reuse,
+    which allocates nothing the collector counts.
     """
     counts = list(map(sys.getrefcount, futures)) if _ALONE > 0 else []
     alone = counts.count(_ALONE)
-    if alone == len(futures) and alone:  # the common case, in C calls
-        made = list(map(_MADE, futures))
-        if made.count(None) == alone and not any(map(getweakrefcount, futures)):
-            return [None] * alone
+    if alone == len(futures) and alone and _pristine(futures):  # the common case
+        spares += futures[:max(0, limit - len(spares))]
+        return [None] * alone
     kept: list[Future[T] | None] = list(futures)
-    if not alone:
-        return kept
-    for index, count in enumerate(counts):
+    for index, count in enumerate(counts if alone else ()):
         future = futures[index]
         if count == _ALONE and future._made is None and getweakrefcount(future) == 0:
             kept[index] = None
+            if future._state is _PENDING and len(spares) < limit:
+                spares.append(future)
     return kept
+
+
+def _pristine(futures: list[MessageFuture[T]]) -> bool:
+    """Whether every future is pending, without a condition or a weak reference (C calls)."""
+    return (
+        list(map(_STATE, futures)).count(_PENDING) == len(futures)
+        and list(map(_MADE, futures)).count(None) == len(futures)
+        and not any(map(getweakrefcount, futures))
+    )

@@ -31,7 +31,7 @@ from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
-from runtime.publisher._intake import Columns, Intake, uncounted
+from runtime.publisher._intake import SPARES, Columns, Intake, uncounted
 from runtime.publisher._lanes import Lanes
 from runtime.publisher._messages import (
     BatchDone,
@@ -137,7 +137,7 @@ class PublisherActor(Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        kept = drop_unreachable(futures)  # the dropped ones are freed on return
+        kept = drop_unreachable(futures, self._intake.spares, SPARES)
         for batch in self._lanes.add(datas, attributes, keys, kept, sizes,
                                      ordering=self._ordering):
             self._close(batch)

@@ -9,13 +9,16 @@ from typing import Any
 from runtime.core._future import MessageFuture, fail_future
 from runtime.publisher._flow_control import FlowGate
 
-__all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
+__all__ = ["SPARES", "Columns", "Intake", "Row", "reap", "uncounted"]
 
 # A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
 # future, size, counted. ``counted`` is True when the flow-control gate counted the
 # message at publish (limits in force), False when nothing limits the Publisher and the
 # actor counts it when it takes the message.
 WIDTH = 6
+# Spare futures an intake keeps at most: about what a publisher adds between two drains
+# at full speed (a drain waits for the interpreter's switch interval, 5 ms).
+SPARES = 16_384
 Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, bool]
 Columns = tuple[
     list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],
@@ -46,12 +49,22 @@ class Intake:
     settles even then.
     """
 
-    __slots__ = ("armed", "rows", "sealed")
+    __slots__ = ("armed", "rows", "sealed", "spares")
 
     def __init__(self) -> None:
         self.rows: list[Any] = []
         self.armed = False
         self.sealed = False
+        # Pending futures that nobody could read any more (`drop_unreachable`), for
+        # `publish` to reuse: a publisher pops one, the actor adds them, up to `SPARES`.
+        self.spares: list[MessageFuture[str]] = []
+
+    def new_future(self) -> MessageFuture[str]:
+        """A spare future, or a new one."""
+        try:
+            return self.spares.pop()
+        except IndexError:
+            return MessageFuture()
 
     def add(self, row: Row) -> bool:
         """Append one message; True when the caller must tell the actor to drain."""

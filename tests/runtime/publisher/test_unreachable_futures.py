@@ -1,9 +1,10 @@
 """Futures nobody can read are not kept until their batch is confirmed; every other is.
 
 A Publisher drops a publish future from its batch when the caller kept no reference,
-weak reference, callback or waiter: nothing can observe it any more. Everything
-observable behaves as before: kept futures resolve with their ids, callbacks of
-discarded futures run, and every message reaches the topic in order.
+weak reference, callback or waiter: nothing can observe it any more, and the next
+``publish`` may return it again, still pending. Everything observable behaves as
+before: kept futures resolve with their ids, callbacks of discarded futures run, and
+every message reaches the topic in order.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def test_only_futures_held_nowhere_else_are_dropped() -> None:
     with pytest.raises(TimeoutError):
         futures[4].result(timeout=0)  # builds its condition, as a waiter does
 
-    kept = drop_unreachable(futures)
+    kept = drop_unreachable(futures, [], 0)
 
     assert [future is None for future in kept] == [True, False, False, False, False, True]
     assert kept[1] is held and kept[3] is referenced()
@@ -50,11 +51,29 @@ def test_a_list_where_every_future_is_held_comes_back_whole() -> None:
     futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(50)]
     elsewhere = list(futures)
 
-    assert drop_unreachable(futures) == elsewhere
+    assert drop_unreachable(futures, [], 0) == elsewhere
 
 
 def test_a_list_where_no_future_is_held_comes_back_all_none() -> None:
-    assert drop_unreachable([MessageFuture() for _ in range(50)]) == [None] * 50
+    assert drop_unreachable([MessageFuture() for _ in range(50)], [], 0) == [None] * 50
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["none-held", "one-held"])
+def test_dropped_pending_futures_become_spares_up_to_the_limit(held: bool) -> None:
+    futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(50)]
+    done = futures[10]
+    done.set_result("settled already")
+    del done
+    kept_elsewhere = futures[20] if held else None
+    spares: list[MessageFuture[str]] = [MessageFuture() for _ in range(5)]
+    first_spares = list(spares)
+
+    kept = drop_unreachable(futures, spares, 30)
+
+    assert kept.count(None) == (49 if held else 50)
+    assert kept[20] is kept_elsewhere
+    assert len(spares) == 30 and spares[:5] == first_spares
+    assert all(not spare.done() and spare is not kept_elsewhere for spare in spares)
 
 
 def test_discarded_futures_do_not_wait_for_their_batch(system: ActorSystem) -> None:
@@ -68,11 +87,13 @@ def test_discarded_futures_do_not_wait_for_their_batch(system: ActorSystem) -> N
                 kept[index] = future
         del future
         topic.wait_for_batches(COUNT // 10)  # the actor took every message
-        waiting = pending_futures() - before
+        spares = list(pub._intake.spares)
+        waiting = pending_futures() - before - len(spares)
         topic.stop_holding()
         pub.flush(timeout=5.0)
 
     assert waiting == len(kept)
+    assert len(spares) == COUNT - len(kept)
     assert [m.data for batch in topic.batches for m in batch] == [
         b"m%d" % index for index in range(COUNT)]
     ids = [kept[index].result(timeout=0) for index in sorted(kept)]
@@ -111,3 +132,23 @@ def test_a_failed_batch_of_discarded_futures_pauses_its_key(system: ActorSystem)
         pub.flush(timeout=5.0)  # an ask: the actor is done with the failure
         assert pub.paused_keys() == ["A"]
         assert [len(batch) for batch in topic.batches] == [5]
+
+
+def test_a_spare_future_is_returned_pending_and_resolves_with_its_own_id(
+    system: ActorSystem,
+) -> None:
+    topic = FakeTopic()
+    with Publisher(topic, system=system, batching=batching(max_messages=10)) as pub:
+        for index in range(10):
+            pub.publish(b"dropped-%d" % index)
+        pub.flush(timeout=5.0)
+        spares = list(pub._intake.spares)
+        again = pub.publish(b"again")
+        reused = any(again is spare for spare in spares)
+        del spares
+        assert not again.done()
+        pub.flush(timeout=5.0)
+
+    assert reused
+    assert again.result(timeout=0) == "fake-11"
+    assert [m.data for batch in topic.batches for m in batch][-1] == b"again"
