@@ -31,7 +31,7 @@ from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
-from runtime.publisher._intake import SPARES, Columns, Intake, uncounted
+from runtime.publisher._intake import Columns, Intake, uncounted
 from runtime.publisher._lanes import Lanes
 from runtime.publisher._messages import (
     BatchDone,
@@ -137,7 +137,8 @@ class PublisherActor(Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        kept = drop_unreachable(futures, self._intake.spares, SPARES)
+        intake = self._intake
+        kept = drop_unreachable(futures, intake.spares, intake.spare_room(len(futures)))
         for batch in self._lanes.add(datas, attributes, keys, kept, sizes,
                                      ordering=self._ordering):
             self._close(batch)
@@ -267,12 +268,15 @@ class PublisherActor(Actor):
     def _abandon(self, error: PublishError, *, final: bool) -> None:
         """Stop the ticker; fail and release everything not yet settled; wake flushes.
 
-        ``final`` (the last stop) seals the intake: whoever appends later fails it.
+        ``final`` (the last stop) seals the intake (whoever appends later fails it) and
+        lets its spare futures go.
         """
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
         _, _, _, futures, sizes, _ = self._take(seal=final)
+        if final:
+            self._intake.spares.clear()
         for future in futures:  # admitted but never batched: they fail too
             fail_future(future, error)
         self._gate.release(len(sizes), sum(sizes))

@@ -9,16 +9,18 @@ from typing import Any
 from runtime.core._future import MessageFuture, fail_future
 from runtime.publisher._flow_control import FlowGate
 
-__all__ = ["SPARES", "Columns", "Intake", "Row", "reap", "uncounted"]
+__all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
 
 # A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
 # future, size, counted. ``counted`` is True when the flow-control gate counted the
 # message at publish (limits in force), False when nothing limits the Publisher and the
 # actor counts it when it takes the message.
 WIDTH = 6
-# Spare futures an intake keeps at most: about what a publisher adds between two drains
-# at full speed (a drain waits for the interpreter's switch interval, 5 ms).
-SPARES = 16_384
+# Spare futures an intake keeps: twice the last drain's messages and 1,024 more, at most
+# 65,536 (~9 MiB). A fast publisher adds tens of thousands between two drains (each waits
+# for the interpreter's switch interval); every full collection walks the spares.
+SPARES = 65_536
+SPARES_FLOOR = 1_024
 Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, bool]
 Columns = tuple[
     list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],
@@ -56,7 +58,7 @@ class Intake:
         self.armed = False
         self.sealed = False
         # Pending futures that nobody could read any more (`drop_unreachable`), for
-        # `publish` to reuse: a publisher pops one, the actor adds them, up to `SPARES`.
+        # `publish` to reuse: a publisher pops one, the actor adds them (`spare_room`).
         self.spares: list[MessageFuture[str]] = []
 
     def new_future(self) -> MessageFuture[str]:
@@ -73,6 +75,12 @@ class Intake:
             return False
         self.armed = True
         return True
+
+    def spare_room(self, drained: int) -> int:
+        """How many spares to keep after a drain of ``drained`` messages; trims the rest."""
+        room = min(SPARES, 2 * drained + SPARES_FLOOR)
+        del self.spares[room:]
+        return room
 
     def take(self) -> Columns:
         """Every message added so far, in order, as columns (gate lock held)."""

@@ -19,6 +19,7 @@ from support.publisher import FakeTopic, batching
 from actors import ActorSystem
 from runtime.core._future import MessageFuture, drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
+from runtime.publisher._intake import Intake
 from runtime.publisher._publisher import Publisher
 
 COUNT = 200
@@ -152,3 +153,25 @@ def test_a_spare_future_is_returned_pending_and_resolves_with_its_own_id(
     assert reused
     assert again.result(timeout=0) == "fake-11"
     assert [m.data for batch in topic.batches for m in batch][-1] == b"again"
+
+
+def test_spares_are_trimmed_to_twice_the_last_drain_and_a_little_more() -> None:
+    intake = Intake()
+    intake.spares += [MessageFuture() for _ in range(5_000)]
+
+    assert intake.spare_room(100_000) == 65_536 and len(intake.spares) == 5_000
+    assert intake.spare_room(100) == 1_224 and len(intake.spares) == 1_224
+    assert intake.spare_room(0) == 1_024 and len(intake.spares) == 1_024
+
+
+def test_a_closed_publisher_keeps_no_spares(system: ActorSystem) -> None:
+    topic = FakeTopic()
+    pub = Publisher(topic, system=system, batching=batching(max_messages=10))
+    for index in range(10):
+        pub.publish(b"dropped-%d" % index)
+    pub.flush(timeout=5.0)
+    had = len(pub._intake.spares)
+
+    pub.close()
+
+    assert had == 10 and pub._intake.spares == []
