@@ -12,7 +12,8 @@ as the practical limit (``/queue``), two fork processes fed lists of 100 through
 ``multiprocessing.Queue`` that answer each list with its length.
 
 Rows against the plain path, in the same rounds: ``/max_pending`` (a topic with
-``max_pending=100000``, never reached), ``/ordered`` (``message_ordering`` with 16 keys)
+``max_pending=100000``, never reached), ``/kept`` (every future ``publish`` returns kept
+and read: the Publisher drops only futures nobody holds), ``/ordered`` (``message_ordering`` with 16 keys)
 and ``/ordered_fc`` (the same under ``FlowControl(max_outstanding_messages=1000)``).
 ``/publish1`` publishes with ``topic.publish`` one message at a time against
 ``ProcessPoolExecutor.submit`` per message.
@@ -39,7 +40,7 @@ from runtime import Bus, Delivery, FlowControl, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
-from ._pipeline import TIMEOUT, run_pipeline
+from ._pipeline import TIMEOUT, run_pipeline, settle
 
 __all__ = ["SCENARIOS", "BatchCounter", "ignore", "queue_worker", "run_executor", "touch"]
 
@@ -161,6 +162,16 @@ def _publish_each(topic: Topic[Any], messages: list[bytes]) -> None:
     _check(topic.stats().delivered - before, len(messages))
 
 
+def _run_kept(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
+    """`run_pipeline`, keeping every future ``publish`` returns and reading its id."""
+    before = topic.stats().delivered
+    publish = publisher.publish
+    futures = [publish(message) for message in messages]
+    publisher.flush(TIMEOUT)
+    settle(topic, before, len(messages))
+    _check(len({future.result(0) for future in futures}), len(messages))
+
+
 def _run_ordered(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
     before = topic.stats().delivered
     publish = publisher.publish
@@ -185,6 +196,7 @@ class _Ours:
         self.topic = bus.create_topic("bench-pipeline-pool")
         self.topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
         self.publisher = self.topic.publisher()
+        self.keeping = self.topic.publisher()
         self.ordered = self.topic.publisher(message_ordering=True)
         self.ordered_fc = self.topic.publisher(
             message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000),
@@ -213,6 +225,7 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
         medians = interleave({
             "ours": _rate(messages, run_pipeline, ours.topic, ours.publisher),
             "bounded": _rate(messages, run_pipeline, ours.bounded, ours.bounded_publisher),
+            "kept": _rate(messages, _run_kept, ours.topic, ours.keeping),
             "ordered": _rate(messages, _run_ordered, ours.topic, ours.ordered),
             "ordered_fc": _rate(messages, _run_ordered, ours.topic, ours.ordered_fc),
             "executor": _rate(messages, run_executor, executor),
@@ -238,6 +251,8 @@ def _comparisons(medians: dict[str, float]) -> tuple[Comparison, ...]:
                    baseline="fork mp.Queue, 2 procs, lists of 100 (limit)"),
         Comparison(value=medians["bounded"], baseline_value=ours_rate, suffix="max_pending",
                    baseline="the plain path (max_pending=100000 never reached)", target=0.8),
+        Comparison(value=medians["kept"], baseline_value=ours_rate, suffix="kept",
+                   baseline="the plain path (every future kept and read: none to drop)"),
         Comparison(value=medians["ordered"], baseline_value=ours_rate, suffix="ordered",
                    baseline="the plain path (16 keys, message_ordering)", target=0.8),
         Comparison(value=medians["ordered_fc"], baseline_value=ours_rate, suffix="ordered_fc",
