@@ -216,3 +216,25 @@ def test_reading_the_future_being_resolved_mid_collection_does_not_crash() -> No
 
     assert run.returncode == 0, run.stderr[-2000:]
     assert int(run.stdout) > 50  # the finalizer did read futures being resolved
+
+
+def test_reading_a_resolved_future_builds_no_condition() -> None:
+    resolved: MessageFuture[str] = MessageFuture()
+    resolve_all([resolved], ["id-7"])
+
+    assert resolved.done() and resolved.result() == "id-7"
+    assert resolved.result(timeout=0) == "id-7" and resolved.exception() is None
+    assert resolved._made is None
+
+
+def test_reading_a_failed_or_pending_future_behaves_as_future_does() -> None:
+    failed: MessageFuture[str] = MessageFuture()
+    failed.set_exception(ValueError("refused"))
+    pending: MessageFuture[str] = MessageFuture()
+
+    assert failed.done() and isinstance(failed.exception(), ValueError)
+    with pytest.raises(ValueError, match="refused"):
+        failed.result()
+    assert not pending.done()
+    with pytest.raises(TimeoutError):
+        pending.exception(timeout=0)
