@@ -8,6 +8,7 @@ per-message decoding.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,12 @@ from runtime.core.settlement._claims import all_acked
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
 
-__all__ = ["Reply", "Settlement", "WorkBatch", "WorkerActor"]
+__all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerActor"]
+
+# A worker process's first collector threshold: allocations (net) between young
+# collections. A hand-over of 4,096 deliveries allocates ~8,200 objects the collector
+# tracks (a delivery and its envelope each): building one runs no collection.
+WORKER_COLLECT_AFTER = 10_000
 
 _monotonic = time.monotonic
 # The envelope fields a worker needs: id, payload, key, attributes, publish time.
@@ -182,6 +188,12 @@ class WorkerActor(Actor):
         super().__init__()
         self._handler = handler
         self._auto_ack = auto_ack
+
+    def on_start(self) -> None:
+        # The process is the group's. A hand-over's deliveries (up to 4,096, and their
+        # envelopes) live through its batch: at the default first threshold (700) the
+        # collector walked and promoted them several times per batch.
+        gc.set_threshold(WORKER_COLLECT_AFTER, *gc.get_threshold()[1:])
 
     def on_receive(self, message: Any) -> Any:
         """Handle one batch; answers the handler's time and the batch's size if all was

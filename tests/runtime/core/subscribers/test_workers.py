@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -12,6 +13,8 @@ from typing import Any
 import psutil
 
 from runtime import BatchSettings, Bus, Delivery, Nack
+from runtime.core.subscribers._work_batch import WORKER_COLLECT_AFTER
+from runtime.core.subscribers._workers import PROCESS_BATCH
 
 
 def _burn(delivery: Delivery[int]) -> int:
@@ -141,3 +144,22 @@ def _wait_for_workers(bus: Bus, count: int, timeout: float = 20.0) -> set[int]:
         bus.topic("t").join(timeout=0.05)  # a bounded wait between status polls
         pids = _worker_pids(bus)
     return pids
+
+
+def test_a_worker_process_collects_after_a_whole_hand_over_not_after_700(
+    tmp_path: Path,
+) -> None:
+    def record_threshold(delivery: Delivery[int]) -> None:
+        (tmp_path / f"{os.getpid()}-{gc.get_threshold()[0]}").touch()
+
+    with Bus() as bus:
+        topic = bus.create_topic("t")
+        topic.subscribe(record_threshold, group="g", workers=2, auto_ack=True)
+        for n in range(40):
+            topic.publish(n)
+        assert topic.join(timeout=60)
+
+    thresholds = {int(p.name.split("-")[1]) for p in tmp_path.iterdir()}
+    assert thresholds == {WORKER_COLLECT_AFTER}
+    assert WORKER_COLLECT_AFTER > 2 * PROCESS_BATCH  # a delivery and its envelope each
+    assert gc.get_threshold()[0] == 700  # the parent's collector is the application's
