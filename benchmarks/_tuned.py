@@ -4,7 +4,8 @@
 settings belong to the application rather than to the library, and README's "Tuning a
 high-rate publisher" recommends them: ``gc.freeze()`` after start-up and
 ``gc.set_threshold(20_000, 10, 10)``, so that the collector does not walk the start-up
-heap and the outstanding publish futures every few hundred messages. This row runs
+heap and the application's data in every full collection, nor start a young one every few
+hundred messages. This row runs
 ``pipeline_pool``'s plain path (default Publisher batches of 100) next to fork
 ``ProcessPoolExecutor(2).map(chunksize=100)``, both in one interpreter with those
 settings. Batch size is left as ``pipeline_pool`` has it on both sides: a larger one helps
