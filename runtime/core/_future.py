@@ -142,7 +142,7 @@ def resolve_all(futures: Sequence[Future[T] | None], results: Sequence[T]) -> No
     takes `MessageFuture.set_result`'s lock-free path, inlined, without a call per
     future.
     """
-    if futures.count(None) == len(futures):
+    if not any(futures):  # all dropped (a future is true: it defines no __bool__)
         return
     for future, result in zip(futures, results, strict=True):
         if future is None:
