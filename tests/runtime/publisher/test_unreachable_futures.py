@@ -10,6 +10,7 @@ every message reaches the topic in order.
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from concurrent.futures import Future
 
@@ -17,6 +18,7 @@ import pytest
 from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
+from runtime import Bus, Delivery, Message
 from runtime.core._future import MessageFuture, drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._intake import Intake
@@ -176,3 +178,56 @@ def test_a_closed_publisher_keeps_no_spares(system: ActorSystem) -> None:
     pub.close()
 
     assert had == 10 and pub._intake.spares == []
+
+
+def test_reused_futures_never_cross_messages_under_racing_publishers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four threads publish at once, each keeping every third future and dropping the
+    rest (which the next publishes reuse): each kept future resolves with the id the
+    topic gave its own message, and every message arrives once."""
+    threads_count, per_thread = 4, 3_000
+    seen: dict[str, bytes] = {}
+    lock = threading.Lock()
+    created = [0]
+    build = MessageFuture.__init__
+
+    def counted(self: MessageFuture[str]) -> None:
+        created[0] += 1
+        build(self)
+
+    monkeypatch.setattr(MessageFuture, "__init__", counted)
+
+    def record(delivery: Delivery[Message]) -> None:
+        with lock:
+            seen[delivery.message_id] = delivery.message.data
+
+    with Bus() as bus:
+        topic = bus.create_topic("t", balanced_capacity=10_000)
+        topic.subscribe(record, group="g", auto_ack=True)
+        publisher = topic.publisher()
+        kept: list[list[tuple[bytes, Future[str]]]] = [[] for _ in range(threads_count)]
+        start = threading.Barrier(threads_count)
+
+        def publish_all(number: int) -> None:
+            start.wait(10.0)
+            for index in range(per_thread):
+                data = b"%d-%d" % (number, index)
+                future = publisher.publish(data)
+                if index % 3 == 0:
+                    kept[number].append((data, future))
+
+        workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(threads_count)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30.0)
+        publisher.flush(30.0)
+        assert topic.join(30.0)
+
+    assert sorted(seen.values()) == sorted(
+        b"%d-%d" % (n, i) for n in range(threads_count) for i in range(per_thread))
+    pairs = [pair for one_thread in kept for pair in one_thread]
+    assert len(pairs) == threads_count * per_thread // 3
+    assert all(seen[future.result(timeout=0)] == data for data, future in pairs)
+    assert created[0] < threads_count * per_thread  # some publishes reused a future
