@@ -13,8 +13,9 @@ as the practical limit (``/queue``), two fork processes fed lists of 100 through
 
 Rows against the plain path, in the same rounds: ``/max_pending`` (a topic with
 ``max_pending=100000``, never reached), ``/kept`` (every future ``publish`` returns kept
-and read: the Publisher drops only futures nobody holds), ``/ordered`` (``message_ordering`` with 16 keys)
-and ``/ordered_fc`` (the same under ``FlowControl(max_outstanding_messages=1000)``).
+and read: the Publisher drops only futures nobody holds), ``/ordered``
+(``message_ordering`` with 16 keys) and ``/ordered_fc`` (the same under
+``FlowControl(max_outstanding_messages=1000)``).
 ``/publish1`` publishes with ``topic.publish`` one message at a time against
 ``ProcessPoolExecutor.submit`` per message.
 
