@@ -16,7 +16,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import ActorSystem
-from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
@@ -159,10 +158,7 @@ class Publisher(Submitting):
             # (its calls cost ~10% of publish without limits).
             size = len(data)
             intake, gate = self._intake, self._gate
-            try:  # `Intake.new_future`, inlined
-                future = intake.spares.pop()
-            except IndexError:
-                future = MessageFuture()
+            future = intake.new_future()
             if gate.free:
                 intake.rows.extend((data, NO_ATTRIBUTES, ordering_key, future, size, False))
                 if not intake.armed:
