@@ -203,11 +203,13 @@ def drop_unreachable(
     """
     counts = list(map(sys.getrefcount, futures)) if _ALONE > 0 else []
     alone = counts.count(_ALONE)
-    if alone == len(futures) and alone and _pristine(futures):  # the common case
+    if not alone:  # every future is held: the list as it is
+        return cast("list[Future[T] | None]", futures)
+    if alone == len(futures) and _pristine(futures):  # none is held: in C calls
         spares += futures[:max(0, limit - len(spares))]
         return [None] * alone
     kept: list[Future[T] | None] = list(futures)
-    for index, count in enumerate(counts if alone else ()):
+    for index, count in enumerate(counts):
         future = futures[index]
         if count == _ALONE and future._made is None and getweakrefcount(future) == 0:
             kept[index] = None
