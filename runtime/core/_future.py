@@ -188,18 +188,12 @@ def drop_unreachable(
 ) -> list[Future[T] | None]:
     """``futures``, with None in place of each future that nobody can ever observe.
 
-    A future is unreachable when this list holds its only reference, no weak reference
-    to it exists, and it has no condition (so no callback and no waiter): whoever called
-    ``publish`` dropped it, and nothing can get it back. Resolving it would change nothing
-    anyone can see, and keeping it until its batch is confirmed makes every garbage
-    collection walk it meanwhile. Someone who may still read a future holds a reference
-    (a variable, a list, the stack of a ``publish`` call that has not returned), and only
-    a holder can add a callback or a weak reference, so a future found alone here stays
-    alone.
-
-    A dropped future that is still pending is as good as a new one: it goes to
-    ``spares`` (while it holds fewer than ``limit``) for the next ``publish`` to reuse,
-    which allocates nothing the collector counts.
+    That is one this list holds the only reference to, with no weak reference and no
+    condition (no callback, no waiter). Only a holder (a variable, a list, the stack of
+    a ``publish`` not yet returned) can add either, so it stays unobservable: resolving
+    it would change nothing, and keeping it until its batch is confirmed makes every
+    collection walk it. A dropped one still pending is as good as new: it goes to
+    ``spares`` (while they hold fewer than ``limit``) for a later ``publish`` to reuse.
     """
     counts = list(map(sys.getrefcount, futures)) if _ALONE > 0 else []
     alone = counts.count(_ALONE)
