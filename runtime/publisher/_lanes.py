@@ -54,18 +54,33 @@ class Lanes:
         distinct = set(keys)
         if len(distinct) == 1:
             return self._columns(keys[0], datas, attributes, keys, futures, sizes)
-        closed: list[Batch] = []
         if len(keys) >= COLUMNS_FROM * len(distinct):
-            # A lane's keys are its key, and bare publishes share one empty attributes
-            # object: those two columns are repeated, not picked.
-            bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
-            for key, at in lanes_of(keys).items():
-                count = len(at)
-                closed += self._columns(
-                    key, pick(datas, at),
-                    [NO_ATTRIBUTES] * count if bare else pick(attributes, at),
-                    [key] * count, pick(futures, at), pick(sizes, at))
-            return closed
+            return self._split_columns(datas, attributes, keys, futures, sizes)
+        return self._split_rows(datas, attributes, keys, futures, sizes)
+
+    def _split_columns(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+        futures: list[Future[str] | None], sizes: list[int],
+    ) -> list[Batch]:
+        """Many messages per lane: pick each lane's columns. A lane's keys are its key,
+        and bare publishes share one empty attributes object: those two columns are
+        repeated, not picked."""
+        closed: list[Batch] = []
+        bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
+        for key, at in lanes_of(keys).items():
+            count = len(at)
+            closed += self._columns(
+                key, pick(datas, at),
+                [NO_ATTRIBUTES] * count if bare else pick(attributes, at),
+                [key] * count, pick(futures, at), pick(sizes, at))
+        return closed
+
+    def _split_rows(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+        futures: list[Future[str] | None], sizes: list[int],
+    ) -> list[Batch]:
+        """Few messages per lane: a row per message."""
+        closed: list[Batch] = []
         rows: dict[str | None, list[Parts]] = {}
         for row in zip(datas, attributes, keys, futures, sizes, strict=True):
             rows.setdefault(row[2], []).append(row)
