@@ -180,6 +180,43 @@ def test_a_closed_publisher_keeps_no_spares(system: ActorSystem) -> None:
     assert had == 10 and pub._intake.spares == []
 
 
+def _count_created(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the `MessageFuture` objects built from now on."""
+    created = [0]
+    build = MessageFuture.__init__
+
+    def counted(self: MessageFuture[str]) -> None:
+        created[0] += 1
+        build(self)
+
+    monkeypatch.setattr(MessageFuture, "__init__", counted)
+    return created
+
+
+def _publish_racing(
+    publisher: Publisher, threads_count: int, per_thread: int
+) -> list[tuple[bytes, Future[str]]]:
+    """Publish ``per_thread`` messages from each of ``threads_count`` threads started
+    together; each keeps every third future (with its data) and drops the rest."""
+    kept: list[list[tuple[bytes, Future[str]]]] = [[] for _ in range(threads_count)]
+    start = threading.Barrier(threads_count)
+
+    def publish_all(number: int) -> None:
+        start.wait(10.0)
+        for index in range(per_thread):
+            data = b"%d-%d" % (number, index)
+            future = publisher.publish(data)
+            if index % 3 == 0:
+                kept[number].append((data, future))
+
+    workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(threads_count)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30.0)
+    return [pair for one_thread in kept for pair in one_thread]
+
+
 def test_reused_futures_never_cross_messages_under_racing_publishers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -189,14 +226,7 @@ def test_reused_futures_never_cross_messages_under_racing_publishers(
     threads_count, per_thread = 4, 3_000
     seen: dict[str, bytes] = {}
     lock = threading.Lock()
-    created = [0]
-    build = MessageFuture.__init__
-
-    def counted(self: MessageFuture[str]) -> None:
-        created[0] += 1
-        build(self)
-
-    monkeypatch.setattr(MessageFuture, "__init__", counted)
+    created = _count_created(monkeypatch)
 
     def record(delivery: Delivery[Message]) -> None:
         with lock:
@@ -206,28 +236,12 @@ def test_reused_futures_never_cross_messages_under_racing_publishers(
         topic = bus.create_topic("t", balanced_capacity=10_000)
         topic.subscribe(record, group="g", auto_ack=True)
         publisher = topic.publisher()
-        kept: list[list[tuple[bytes, Future[str]]]] = [[] for _ in range(threads_count)]
-        start = threading.Barrier(threads_count)
-
-        def publish_all(number: int) -> None:
-            start.wait(10.0)
-            for index in range(per_thread):
-                data = b"%d-%d" % (number, index)
-                future = publisher.publish(data)
-                if index % 3 == 0:
-                    kept[number].append((data, future))
-
-        workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(threads_count)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(30.0)
+        pairs = _publish_racing(publisher, threads_count, per_thread)
         publisher.flush(30.0)
         assert topic.join(30.0)
 
     assert sorted(seen.values()) == sorted(
         b"%d-%d" % (n, i) for n in range(threads_count) for i in range(per_thread))
-    pairs = [pair for one_thread in kept for pair in one_thread]
     assert len(pairs) == threads_count * per_thread // 3
     assert all(seen[future.result(timeout=0)] == data for data, future in pairs)
     assert created[0] < threads_count * per_thread  # some publishes reused a future
