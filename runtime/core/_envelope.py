@@ -20,7 +20,8 @@ __all__ = [
     "message_ids", "message_of",
 ]
 
-# (seq, message_id, payload, key, attributes, topic, stamp_time)
+# (seq, message_id, payload, key, attributes, topic, stamp_time); the id is always
+# ``str(seq)`` (a worker rebuilds ids from the numbers: `WorkBatch`).
 Envelope = tuple[int, str, Any, "str | None", "dict[str, str] | None", str, "float | None"]
 SEQ: Final = 0
 MESSAGE_ID: Final = 1

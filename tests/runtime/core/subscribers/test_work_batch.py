@@ -73,6 +73,37 @@ def test_worker_side_deliveries_without_attributes_share_the_read_only_empty_dic
     assert all(d.message.attributes is NO_ATTRIBUTES for d in received)
 
 
+def _numbered(*seqs: int) -> list[Envelope]:
+    return [(seq, str(seq), f"m{seq}".encode(), None, None, "orders", 1234.5) for seq in seqs]
+
+
+@pytest.mark.parametrize(("seqs", "compact"), [
+    ((7, 8, 9, 10), True),  # one run: travels as a range
+    ((5, 7, 6, 8), False),  # a permutation of a run (racing publishers): as numbers
+    ((1000, 1002), False),
+])
+def test_messages_travel_by_number_and_the_worker_spells_their_ids(
+    seqs: tuple[int, ...], compact: bool,
+) -> None:
+    envelopes = _numbered(*seqs)
+    batch = WorkBatch.of_envelopes(5, "g", "orders", envelopes, None)
+
+    assert (type(batch.seqs) is range) is compact
+    assert list(batch.seqs) == list(seqs)
+    received = pickle.loads(pickle.dumps(batch)).deliveries(HandOver(None, 5, "g"))
+    assert [d.message_id for d in received] == [str(seq) for seq in seqs]
+    assert [d.message.data for d in received] == [f"m{seq}".encode() for seq in seqs]
+
+
+def test_a_run_of_numbers_pickles_smaller_than_its_ids() -> None:
+    envelopes = _numbered(*range(1_000_000, 1_004_096))
+    batch = WorkBatch.of_envelopes(5, "g", "orders", envelopes, None)
+    ids = [e[1] for e in envelopes]
+
+    with_ids = len(pickle.dumps((ids, batch.payloads)))
+    assert len(pickle.dumps(batch)) < with_ids - 4 * 4096
+
+
 def test_worker_answers_a_count_when_the_whole_batch_was_acked() -> None:
     _, sent = handed_over(PLAIN, PUBLISHED)
     worker = WorkerActor(lambda delivery: None, True)
