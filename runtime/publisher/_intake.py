@@ -86,9 +86,10 @@ class Intake:
         """Every message added so far, in order, as columns (gate lock held)."""
         self.armed = False
         rows = self.rows
-        taken = rows[:]  # a concurrent extend lands wholly before or after this copy
-        del rows[:len(taken)]
-        return _columns(taken)
+        end = len(rows)  # appends made meanwhile land after ``end``, whole: left for later
+        columns = _columns(rows, end)
+        del rows[:end]
+        return columns
 
     def seal(self) -> Columns:
         """`take`, and mark the intake as no longer read (the actor's final stop)."""
@@ -97,13 +98,17 @@ class Intake:
 
     def queued(self) -> tuple[int, int]:
         """(messages, bytes) added, not yet taken, and not counted by the gate."""
-        flat = self.rows[:]  # one C call: a concurrent extend lands wholly or not at all
-        return uncounted(flat[4::WIDTH], flat[5::WIDTH])
+        rows = self.rows
+        end = len(rows)
+        return uncounted(rows[4:end:WIDTH], rows[5:end:WIDTH])
 
 
-def _columns(flat: list[Any]) -> Columns:
-    return (flat[0::WIDTH], flat[1::WIDTH], flat[2::WIDTH], flat[3::WIDTH],
-            flat[4::WIDTH], flat[5::WIDTH])
+def _columns(rows: list[Any], end: int) -> Columns:
+    """The columns of ``rows[:end]``, sliced from ``rows`` itself (no copy of it first:
+    each copy touches every message's objects twice more, 0.088 µs per message for
+    `take` with the copy)."""
+    return (rows[0:end:WIDTH], rows[1:end:WIDTH], rows[2:end:WIDTH], rows[3:end:WIDTH],
+            rows[4:end:WIDTH], rows[5:end:WIDTH])
 
 
 def uncounted(sizes: list[int], counted: list[bool]) -> tuple[int, int]:

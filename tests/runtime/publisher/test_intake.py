@@ -36,6 +36,30 @@ def test_intake_takes_messages_in_order_and_counts_only_the_uncounted() -> None:
     assert uncounted([5, 6], [False, False]) == (2, 11)
 
 
+class _ExtendedWhileSliced(list[object]):
+    """Rows that a publisher extends between two of `take`'s column slices."""
+
+    def __getitem__(self, index: object) -> object:
+        if isinstance(index, slice) and not getattr(self, "extended", False):
+            self.extended = True
+            self.extend((b"late", {}, None, Future(), 4, False))
+        return super().__getitem__(index)  # type: ignore[index]
+
+
+def test_a_message_added_while_take_slices_is_taken_once_and_whole() -> None:
+    intake = Intake()
+    rows = _ExtendedWhileSliced()
+    intake.rows = rows  # type: ignore[assignment]
+    rows.extend((b"early", {}, None, Future(), 5, False))
+
+    first, second = intake.take(), intake.take()
+
+    assert len({len(column) for column in first}) == 1  # no message torn across columns
+    assert len({len(column) for column in second}) == 1
+    assert first[0] + second[0] == [b"early", b"late"] and first[4] + second[4] == [5, 4]
+    assert len(rows) == 0
+
+
 def test_unlimited_outstanding_is_exact_while_messages_wait(system: ActorSystem) -> None:
     topic = FakeTopic(hold=True)
     with Publisher(topic, system=system, batching=batching(max_messages=4)) as pub:
