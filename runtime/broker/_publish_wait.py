@@ -9,7 +9,7 @@ slices of `WAIT_SLICE`, so a server that is closing releases them at once
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -84,7 +84,7 @@ class PublishWaiting:
             for i in range(0, len(datas), _PUBLISH_CHUNK)])
 
     def _wait_published(
-        self, topic: Any, count: int, futures: list[Future[list[str]]],
+        self, topic: Any, count: int, futures: list[Future[Sequence[str]]],
     ) -> list[str]:
         """The ids of ``count`` messages published as ``futures``, within the timeout."""
         deadline = self._clock() + self._publish_timeout
@@ -101,7 +101,9 @@ class PublishWaiting:
                     f"after {self._publish_timeout}s: {held}") from None
         return ids
 
-    def _result(self, future: Future[list[str]], deadline: float, name: str) -> list[str]:
+    def _result(
+        self, future: Future[Sequence[str]], deadline: float, name: str,
+    ) -> Sequence[str]:
         """``future.result()`` by `WAIT_SLICE`, given up when the server is closing."""
         while True:
             remaining = max(deadline - self._clock(), 0.0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -208,8 +208,8 @@ class _BatchPath:
         self.name = name
         self._channel = channel
 
-    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
-        future: Future[list[str]] = Future()
+    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
+        future: Future[Sequence[str]] = Future()
         try:
             future.set_result(self._channel.call("publish_batch", self.name, list(messages)))
         except Exception as exc:

@@ -7,10 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
-from runtime.core._envelope import MESSAGE_ID, Envelope, message_ids
+from runtime.core._envelope import SEQ, Envelope, MessageIds, message_id
 from runtime.core._fan_out import FanOut
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
@@ -24,7 +23,6 @@ from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 __all__ = ["PartlyPublished", "PublishPath", "check_keys"]
 
 _KEY_TYPES = frozenset({str, type(None)})
-_ID_OF = itemgetter(MESSAGE_ID)
 
 
 def check_keys(keys: list[Any]) -> None:
@@ -121,15 +119,15 @@ class PublishPath(FanOut):
         return True
 
     def envelope(self, payload: Any, key: str | None, attributes: dict[str, str]) -> Envelope:
-        """Accept one plain message: give it a sequence number and an id."""
-        seq = next(self._seqs)
-        return (seq, str(seq), payload, key or None, attributes, self._topic, None)
+        """Accept one plain message: give it a sequence number (its id, `message_id`)."""
+        return (next(self._seqs), None, payload, key or None, attributes, self._topic, None)
 
     def envelopes(
         self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
         keys: list[str | None],
     ) -> list[Envelope]:
-        """Accept Publisher messages: a new id each, and the publish time (stamped lazily).
+        """Accept Publisher messages: a new number (id) each, in increasing order, and the
+        publish time (stamped lazily).
 
         Empty attributes become None: an envelope holding no dict holds only atoms, and
         the garbage collector stops tracking it at its first collection. A million queued
@@ -139,15 +137,11 @@ class PublishPath(FanOut):
         now, topic = time.time(), self._topic
         if any(attributes):
             return [
-                (seq, str(seq), data, key, attrs or None, topic, now)
+                (seq, None, data, key, attrs or None, topic, now)
                 for data, attrs, key, seq in zip(datas, attributes, keys, self._seqs, strict=False)
             ]
-        seqs = list(itertools.islice(self._seqs, len(datas)))  # none: built in C, no loop
-        # Consecutive unless another thread took a number meanwhile (a collection that
-        # ran Python code can switch threads inside islice): then one by one.
-        consecutive = len(seqs) > 0 and seqs[-1] - seqs[0] == len(seqs) - 1
-        ids = message_ids(seqs[0], len(seqs)) if consecutive else list(map(str, seqs))
-        return list(zip(seqs, ids, datas, keys, repeat(None), repeat(topic), repeat(now)))
+        seqs = itertools.islice(self._seqs, len(datas))  # none: built in C, no loop
+        return list(zip(seqs, repeat(None), datas, keys, repeat(None), repeat(topic), repeat(now)))
 
     def publish_one(
         self, message: Any, key: str | None, attributes: dict[str, str] | None,
@@ -168,9 +162,9 @@ class PublishPath(FanOut):
             # Refused while waiting (nothing of it was sent): it never entered the topic.
             self._ledger.count("published", -1)
             raise
-        return PublishReport(envelope[MESSAGE_ID], balanced, broadcast, future)
+        return PublishReport(message_id(envelope), balanced, broadcast, future)
 
-    def publish_messages(self, messages: list[Message]) -> list[str]:
+    def publish_messages(self, messages: list[Message]) -> Sequence[str]:
         """`publish_parts` for prepared `Message` objects (an empty key is no key)."""
         return self.publish_parts(*parts_of(messages))
 
@@ -181,11 +175,11 @@ class PublishPath(FanOut):
 
     def publish_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> list[str]:
+    ) -> Sequence[str]:
         """A Publisher batch, as parallel lists: the whole chain for each message.
 
-        Returns the ids in order. Blocks on backpressure (no bound; closing the topic
-        wakes it).
+        Returns the ids in order (spelled when read). Blocks on backpressure (no bound;
+        closing the topic wakes it).
 
         Raises:
             PartlyPublished: the topic closed after accepting part of the batch (the
@@ -193,7 +187,7 @@ class PublishPath(FanOut):
             TopicClosedError, MessageTypeError: nothing of the batch was accepted.
             TypeError: a key is not a str or None (nothing of the batch is published).
         """
-        return self.publish_envelopes(self.stamp_parts(datas, attributes, keys))
+        return self._publish(self.stamp_parts(datas, attributes, keys), stamped=True)
 
     def stamp_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
@@ -208,31 +202,32 @@ class PublishPath(FanOut):
         self.check_datas(datas)
         return self.envelopes(datas, attributes, keys)
 
-    def publish_envelopes(self, envelopes: list[Envelope]) -> list[str]:
+    def publish_envelopes(self, envelopes: list[Envelope]) -> Sequence[str]:
         """Steps 3-5 for envelopes of `stamp_parts`: returns their ids in order.
 
         Raises:
             PartlyPublished, TopicClosedError: as `publish_parts`.
         """
+        return self._publish(envelopes, stamped=False)
+
+    def _publish(self, envelopes: list[Envelope], *, stamped: bool) -> Sequence[str]:
+        """Steps 3-5; ``stamped``: ``envelopes`` are one `envelopes` call's, in order."""
         if self._ledger.closed:
             raise TopicClosedError(self._topic)
-        ids: list[str] = []
-        try:
-            settings = self._settings
-            if settings.max_pending is None or not settings.throttle:
-                self._publish_chunks(envelopes, ids)
-                return ids
-            for envelope in envelopes:
-                self._send_counted([envelope], admit=True)
-                ids.append(envelope[MESSAGE_ID])
-        except (WouldBlock, TopicClosedError) as exc:
-            if ids:
-                raise PartlyPublished(ids, exc) from exc
-            raise
-        return ids
+        settings = self._settings
+        if settings.max_pending is None or not settings.throttle:
+            accepted, error = self._publish_chunks(envelopes)
+        else:
+            accepted, error = self._publish_each(envelopes)
+        if error is None:
+            return _ids(envelopes, stamped)
+        if accepted:
+            raise PartlyPublished(list(_ids(envelopes[:accepted], stamped)), error) from error
+        raise error
 
-    def _publish_chunks(self, envelopes: list[Envelope], ids: list[str]) -> None:
-        """Fan ``envelopes`` out in chunks, appending each accepted chunk's ids to ``ids``.
+    def _publish_chunks(self, envelopes: list[Envelope]) -> tuple[int, BaseException | None]:
+        """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
+        rest were refused (None: none was).
 
         A chunk fits both a group's queue and (for a blocking ring) the ring; with
         ``max_pending``, it is as many as there are free slots (waiting for one). A batch
@@ -243,24 +238,43 @@ class PublishPath(FanOut):
         start = 0
         while start < len(envelopes):
             count = min(size, len(envelopes) - start)
-            if max_pending is not None:
-                count = self._ledger.take_slots(count, max_pending)
-            chunk = envelopes[start:start + count]
-            self._ledger.count("published", count)
             try:
-                self.fan_out(chunk, None, max_pending is not None, None)
-            except (WouldBlock, TopicClosedError):
-                self._ledger.count("published", -count)  # refused whole: never entered
-                raise
-            ids.extend(map(_ID_OF, chunk))
+                if max_pending is not None:
+                    count = self._ledger.take_slots(count, max_pending)
+                self._send_counted(envelopes[start:start + count], slotted=max_pending is not None)
+            except (WouldBlock, TopicClosedError) as exc:
+                return start, exc
             start += count
+        return start, None
 
-    def _send_counted(self, envelopes: list[Envelope], *, admit: bool) -> None:
-        """Count ``envelopes`` as published and fan them out (taking a ``max_pending``
-        slot first when ``admit``); a refusal (closed) takes the count back."""
+    def _publish_each(self, envelopes: list[Envelope]) -> tuple[int, BaseException | None]:
+        """`_publish_chunks` one message at a time, each through the throttle."""
+        for index, envelope in enumerate(envelopes):
+            try:
+                self._send_counted([envelope], admit=True)
+            except (WouldBlock, TopicClosedError) as exc:
+                return index, exc
+        return len(envelopes), None
+
+    def _send_counted(
+        self, envelopes: list[Envelope], *, admit: bool = False, slotted: bool = False,
+    ) -> None:
+        """Count ``envelopes`` as published and fan them out, holding ``max_pending``
+        slots (``slotted``) or taking one first (``admit``); a refusal (closed) takes the
+        count back."""
         self._ledger.count("published", len(envelopes))
         try:
-            self.fan_out(envelopes, None, self.admit(None) if admit else False, None)
+            self.fan_out(envelopes, None, self.admit(None) if admit else slotted, None)
         except (WouldBlock, TopicClosedError):
             self._ledger.count("published", -len(envelopes))  # refused whole: never entered
             raise
+
+
+def _ids(envelopes: list[Envelope], stamped: bool) -> Sequence[str]:
+    """The ids of ``envelopes`` in order: spelled when read (`MessageIds`) when they are
+    one stamping's (increasing numbers) and their numbers follow each other."""
+    if stamped and envelopes:
+        first = envelopes[0][SEQ]
+        if envelopes[-1][SEQ] - first == len(envelopes) - 1:
+            return MessageIds(first, len(envelopes))
+    return list(map(message_id, envelopes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -134,20 +134,20 @@ class Topic(Subscribing[T]):
         """
         return self._path.publish_one(message, key, attributes, timeout)
 
-    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
+    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
         """`_publish_parts` for prepared `Message` objects (an empty key is no key)."""
         return self._publish_parts(*parts_of(messages))
 
     def _publish_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> Future[list[str]]:
+    ) -> Future[Sequence[str]]:
         """Publish a Publisher batch, as parallel lists, in one mailbox message.
 
         Never blocks. The future resolves with the ids in order once every message was
         accepted, or fails (nothing of the batch delivered for a closed topic or a
         type error).
         """
-        future: Future[list[str]] = Future()
+        future: Future[Sequence[str]] = Future()
         return self._tell_publish(PublishBatch(datas, attributes, keys, future), future)
 
     def _stamp_parts(
@@ -161,12 +161,12 @@ class Topic(Subscribing[T]):
         """
         return self._path.stamp_parts(datas, attributes, keys)
 
-    def _publish_envelopes(self, envelopes: list[Any]) -> Future[list[str]]:
+    def _publish_envelopes(self, envelopes: list[Any]) -> Future[Sequence[str]]:
         """`_publish_parts` for the envelopes of `_stamp_parts`."""
-        future: Future[list[str]] = Future()
+        future: Future[Sequence[str]] = Future()
         return self._tell_publish(PublishEnvelopes(envelopes, future), future)
 
-    def _tell_publish(self, message: Any, future: Future[list[str]]) -> Future[list[str]]:
+    def _tell_publish(self, message: Any, future: Future[Sequence[str]]) -> Future[Sequence[str]]:
         with self._state_lock:
             if self._ledger.closed or self._torn_down:
                 future.set_exception(TopicClosedError(self._name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ class PublishBatch:
     datas: list[bytes]
     attributes: list[dict[str, str]]
     keys: list[str | None]
-    future: Future[list[str]]
+    future: Future[Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class PublishEnvelopes:
     rows); ``future`` resolves as a `PublishBatch`'s."""
 
     envelopes: list[Any]
-    future: Future[list[str]]
+    future: Future[Sequence[str]]
 
 
 class TopicActor(Actor):
@@ -96,7 +97,7 @@ def _publish_one(path: PublishPath, batch: PublishBatch) -> None:
     _resolve(batch.future, path.publish_parts, batch.datas, batch.attributes, batch.keys)
 
 
-def _resolve(future: Future[list[str]], publish: Any, *args: Any) -> None:
+def _resolve(future: Future[Sequence[str]], publish: Any, *args: Any) -> None:
     try:
         ids = publish(*args)
     except BaseException as exc:
@@ -129,7 +130,7 @@ def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
         if end <= len(ids):
             batch.future.set_result(ids[start:end])
         elif start < len(ids):
-            batch.future.set_exception(PartlyPublished(ids[start:], _given(error)))
+            batch.future.set_exception(PartlyPublished(list(ids[start:]), _given(error)))
         else:
             batch.future.set_exception(_given(error))
         start = end

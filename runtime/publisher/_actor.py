@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -80,7 +80,7 @@ class PublisherActor(Actor):
     ) -> None:
         super().__init__()
         self._topic = topic
-        self._publish_parts: Callable[..., Future[list[str]]] | None = getattr(
+        self._publish_parts: Callable[..., Future[Sequence[str]]] | None = getattr(
             topic, "_publish_parts", None)
         self._gate = gate
         self._intake = intake
@@ -91,7 +91,7 @@ class PublisherActor(Actor):
         self._sequencer = KeySequencer()
         self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        self._in_flight: dict[int, Future[list[str]]] = {}  # sent: the topic's futures
+        self._in_flight: dict[int, Future[Sequence[str]]] = {}  # sent: the topic's futures
         self._barriers = FlushBarriers()
         self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
@@ -243,7 +243,9 @@ class PublisherActor(Actor):
             self._settle(batch, None, OrderingKeyPausedError(key))
         self._on_paused(self._sequencer.paused)
 
-    def _settle(self, batch: Batch, ids: list[str] | None, error: BaseException | None) -> None:
+    def _settle(
+        self, batch: Batch, ids: Sequence[str] | None, error: BaseException | None,
+    ) -> None:
         """Resolve every future of ``batch`` and release its capacity: once per batch.
 
         With both ``ids`` and ``error`` the topic accepted only the first ``len(ids)``

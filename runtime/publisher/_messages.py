@@ -5,6 +5,7 @@ All are immutable.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,7 +38,7 @@ class BatchTopic(Protocol):
     @property
     def name(self) -> str: ...
 
-    def _publish_batch(self, messages: list[Message]) -> Future[list[str]]: ...
+    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +68,9 @@ class BatchDone:
     """Tell, from the topic's future callback: a sent batch is confirmed or failed."""
 
     batch_id: int
-    result: Future[list[str]]
+    result: Future[Sequence[str]]
 
-    def outcome(self, count: int) -> tuple[list[str] | None, BaseException | None]:
+    def outcome(self, count: int) -> tuple[Sequence[str] | None, BaseException | None]:
         """The ids of the batch's ``count`` messages, or the error that fails them all;
         both when the topic accepted only a prefix of the batch."""
         try:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, STAMP_TIME, Envelope
+from runtime.core._envelope import ATTRIBUTES, KEY, PAYLOAD, STAMP_TIME, Envelope, message_id
 from runtime.core._message import NO_ATTRIBUTES, Message
 
 __all__ = [
@@ -124,7 +124,7 @@ def _stamped_record(envelope: Envelope, published_at: float, attempt: int) -> Le
     """
     data = envelope[PAYLOAD]
     return LeaseRecord(
-        envelope[MESSAGE_ID],
+        message_id(envelope),
         envelope[KEY],
         data if type(data) is bytes else bytes(data),
         _text_map(envelope[ATTRIBUTES]),
@@ -168,8 +168,8 @@ class LeaseColumns(NamedTuple):
         return list(map(LeaseRecord, *self))
 
 
-_ID, _KEY, _DATA, _ATTRS, _STAMP = (operator.itemgetter(i) for i in (
-    MESSAGE_ID, KEY, PAYLOAD, ATTRIBUTES, STAMP_TIME))
+_KEY, _DATA, _ATTRS, _STAMP = (operator.itemgetter(i) for i in (
+    KEY, PAYLOAD, ATTRIBUTES, STAMP_TIME))
 
 
 def envelope_columns(
@@ -188,7 +188,7 @@ def envelope_columns(
         attributes = list(map(_ATTRS, envelopes))
         if None in attributes:  # none: the shared empty attributes
             attributes = [NO_ATTRIBUTES if a is None else a for a in attributes]
-        return (list(map(_ID, envelopes)), list(map(_KEY, envelopes)), datas, attributes,
+        return (list(map(message_id, envelopes)), list(map(_KEY, envelopes)), datas, attributes,
                 stamps, [])
     rows: list[LeaseRecord] = []
     bad: list[tuple[int, str]] = []
@@ -215,11 +215,11 @@ def _envelope_record(envelope: Envelope, now: float) -> LeaseRecord:
     if type(message) is Message:
         data = message.data
         return LeaseRecord(
-            envelope[MESSAGE_ID], envelope[KEY] or message.ordering_key or None,
+            message_id(envelope), envelope[KEY] or message.ordering_key or None,
             data if type(data) is bytes else bytes(data),
             _text_map(envelope[ATTRIBUTES] or message.attributes),
             message.publish_time or now, 0)
-    return LeaseRecord(envelope[MESSAGE_ID], envelope[KEY] or None, encode_payload(message),
+    return LeaseRecord(message_id(envelope), envelope[KEY] or None, encode_payload(message),
                        _text_map(envelope[ATTRIBUTES]), now, 0)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, message_of
+from runtime.core._envelope import ATTRIBUTES, KEY, message_id, message_of
 from runtime.core.settlement._delivery import Delivery
 
 __all__ = ["DeadLetter", "DeadLetterQueue", "dead_letter_of"]
@@ -65,7 +65,7 @@ def dead_letter_of(delivery: Delivery[Any], topic: str) -> DeadLetter:
     if attributes.__class__ is not dict:  # none, or the shared read-only empty one: a letter
         attributes = dict(attributes or ())  # may leave the process, and peers read dicts
     return DeadLetter(
-        message=message_of(envelope), message_id=envelope[MESSAGE_ID], topic=topic,
+        message=message_of(envelope), message_id=message_id(envelope), topic=topic,
         subscriber_id=handover.subscriber_id, group=handover.group, reason=reason,
         error=error, attempts=delivery._attempt, at=time.time(), exception=exception,
         traceback=traceback, key=envelope[KEY], attributes=attributes,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Generic, Protocol, TypeVar
 
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, TOPIC, Envelope, message_of
+from runtime.core._envelope import ATTRIBUTES, KEY, TOPIC, Envelope, message_id, message_of
 from runtime.core._message import NO_ATTRIBUTES
 from runtime.errors import SettlementError
 
@@ -123,7 +123,7 @@ class Delivery(Generic[T]):
     @property
     def message_id(self) -> str:
         """The id the topic gave the message."""
-        return self._envelope[MESSAGE_ID]
+        return message_id(self._envelope)
 
     @property
     def topic(self) -> str:
@@ -202,7 +202,7 @@ class Delivery(Generic[T]):
         """
         handover = self._handover
         if handover.pending.pop(self._index, None) is None:
-            raise SettlementError(self._envelope[MESSAGE_ID], self._settled_as())
+            raise SettlementError(message_id(self._envelope), self._settled_as())
         self._state = ACKED
         buffer = handover.buffer  # `_send`, inlined: acks are the hot path
         if buffer is not None and handover.owner == _get_ident():
@@ -219,7 +219,7 @@ class Delivery(Generic[T]):
             SettlementError: already settled (also by a timeout or the topic's close).
         """
         if self._handover.pending.pop(self._index, None) is None:
-            raise SettlementError(self._envelope[MESSAGE_ID], self._settled_as())
+            raise SettlementError(message_id(self._envelope), self._settled_as())
         self._set_nacked("nack", None if reason == "nack" else reason)
         self._send()
 

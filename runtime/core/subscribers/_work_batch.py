@@ -17,7 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 from actors import Actor
-from runtime.core._envelope import ATTRIBUTES, KEY, PAYLOAD, SEQ, STAMP_TIME, Envelope, message_ids
+from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Envelope
 from runtime.core.settlement._claims import all_acked
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
@@ -30,8 +30,8 @@ __all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerAc
 WORKER_COLLECT_AFTER = 10_000
 
 _monotonic = time.monotonic
-# The envelope fields a worker needs: number (its id), payload, key, attributes, publish time.
-_COLUMNS = tuple(map(itemgetter, (SEQ, PAYLOAD, KEY, ATTRIBUTES, STAMP_TIME)))
+# The envelope fields a worker needs: number, id, payload, key, attributes, publish time.
+_COLUMNS = tuple(map(itemgetter, (SEQ, MESSAGE_ID, PAYLOAD, KEY, ATTRIBUTES, STAMP_TIME)))
 
 # (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
 # handler's adds its cause, (exception type, traceback text).
@@ -51,16 +51,18 @@ class WorkBatch:
     whose items are all alike travels as one value: ``keys`` None (no keys),
     ``attributes`` None (all empty), ``attempts`` None (all first attempts), ``stamps``
     one float or None; most hand-overs are like that, and it halves what is pickled.
-    Messages travel by number, not id (an id is its number in decimal, and the worker
-    spells it): a ``range`` when the numbers follow each other, as most hand-overs'
-    do. Pickling a hand-over of 4,096 took 197 ns per message with the ids, as every
-    string is memoized, and takes 31 with a range (84 with a list of numbers).
+    Messages travel by number (an id is its number in decimal: `message_id`), ``seqs``
+    a ``range`` when the numbers follow each other, as most hand-overs' do, and
+    ``ids`` None unless a message has an id of its own (a replayed dead letter).
+    Pickling a hand-over of 4,096 took 180 ns per message with id strings, each one
+    memoized, and takes 64 with a range.
     """
 
     subscriber_id: int
     group: str
     topic: str
     seqs: Sequence[int]
+    ids: Sequence[str | None] | None
     payloads: Sequence[Any]
     keys: Sequence[str | None] | None
     attributes: Sequence[dict[str, str]] | None
@@ -87,12 +89,13 @@ class WorkBatch:
         iterator per envelope, tracked by the garbage collector (with hand-overs of ~600,
         1,155-1,178 young collections per 500,000 messages in the parent, now 818).
         """
-        seqs, payloads, keys, attributes, stamps = (
+        seqs, ids, payloads, keys, attributes, stamps = (
             list(map(getter, envelopes)) for getter in _COLUMNS)
         size = len(envelopes)
         first_stamp = stamps[0]
         return cls(
-            subscriber_id, group, topic, _compact(seqs), payloads,
+            subscriber_id, group, topic, _compact(seqs),
+            None if ids.count(None) == size else ids, payloads,
             None if keys.count(None) == size else keys,
             None if not any(attributes) else attributes,
             first_stamp if stamps.count(first_stamp) == size else stamps,
@@ -106,8 +109,8 @@ class WorkBatch:
 
         Every step iterates in C (``zip``, ``map``) but `Delivery.__init__`.
         """
-        seqs, size = self.seqs, len(self.seqs)
-        ids = message_ids(seqs[0], size) if type(seqs) is range else list(map(str, seqs))
+        size = len(self.seqs)
+        ids = repeat(None, size) if self.ids is None else self.ids
         keys = repeat(None, size) if self.keys is None else self.keys
         # No attributes: None, as in the parent's envelopes (`Delivery.attributes` reads
         # it as the shared read-only empty dict), not one new dict per message.
@@ -117,7 +120,7 @@ class WorkBatch:
             else self.stamps
         )
         attempts = repeat(1, size) if self.attempts is None else self.attempts
-        envelopes = zip(seqs, ids, self.payloads, keys, attributes,
+        envelopes = zip(self.seqs, ids, self.payloads, keys, attributes,
                         repeat(self.topic, size), stamps, strict=True)
         out: list[Delivery[Any]] = list(map(
             Delivery, envelopes, repeat(handover, size), count(), attempts,

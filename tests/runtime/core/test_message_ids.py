@@ -1,11 +1,12 @@
-"""Message ids: the decimal strings of the sequence numbers, built from a suffix table."""
+"""Message ids: the decimal strings of the sequence numbers, built from a suffix table,
+read off an envelope (`message_id`), and spelled when read (`MessageIds`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from runtime import Bus
-from runtime.core._envelope import MESSAGE_ID, SEQ, message_ids
+from runtime.core._envelope import MESSAGE_ID, SEQ, MessageIds, message_id, message_ids
 
 
 @pytest.mark.parametrize("first", [0, 1, 7, 998, 999, 1000, 1001, 123_456, 999_999, 10**12 - 2])
@@ -25,5 +26,37 @@ def test_a_publisher_batch_s_ids_follow_its_sequence_numbers_across_a_thousand()
         envelopes = topic._stamp_parts([b"b"] * 2_100, [{}] * 2_100, [None] * 2_100)
 
     assert [e[SEQ] for e in envelopes] == list(range(991, 3_091))
-    assert [e[MESSAGE_ID] for e in envelopes] == [str(n) for n in range(991, 3_091)]
-    assert [e[MESSAGE_ID] for e in first] == [str(n) for n in range(1, 991)]
+    assert {e[MESSAGE_ID] for e in [*first, *envelopes]} == {None}  # no string per message
+    assert list(map(message_id, envelopes)) == [str(n) for n in range(991, 3_091)]
+    assert list(map(message_id, first)) == [str(n) for n in range(1, 991)]
+
+
+def test_an_envelope_with_an_id_of_its_own_reads_it() -> None:
+    assert message_id((-3, "17", b"x", None, None, "t", None)) == "17"
+    assert message_id((17, None, b"x", None, None, "t", None)) == "17"
+
+
+def test_message_ids_read_like_the_list_of_their_strings() -> None:
+    ids = MessageIds(998, 5)
+    spelled = ["998", "999", "1000", "1001", "1002"]
+
+    assert len(ids) == 5 and list(ids) == spelled and ids == spelled and spelled == ids
+    assert [ids[0], ids[4], ids[-1]] == ["998", "1002", "1002"]
+    assert ids[1:3] == ["999", "1000"] and ids[::2] == ["998", "1000", "1002"]
+    assert ids[3:] == MessageIds(1001, 2) and ids[5:] == [] and ids[5:] == MessageIds(1, 0)
+    assert ids != spelled[:4] and ids != MessageIds(999, 5) and ids != "998"
+    with pytest.raises(IndexError):
+        ids[5]
+    with pytest.raises(TypeError):
+        hash(ids)
+
+
+def test_a_publisher_batch_s_ids_are_its_numbers_in_order() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("ids", ack_timeout=None)
+        topic.create_group("g")
+        before = topic._publish_parts([b"a"] * 3, [{}] * 3, [None] * 3).result(5)
+
+        ids = topic._publish_parts([b"b"] * 2, [{"k": "v"}, {}], ["x", None]).result(5)
+
+    assert before == ["1", "2", "3"] and ids == ["4", "5"]

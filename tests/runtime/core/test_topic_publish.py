@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import pytest
+from support.reliability import wait_until
 
 from runtime import Bus, Delivery, Nack, Outcome, PublishReport
+from runtime.core._publishing import PartlyPublished
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 
@@ -209,6 +211,23 @@ def test_closing_wakes_a_blocked_publisher_with_topic_closed(bus: Bus) -> None:
 
         with pytest.raises(TopicClosedError):
             future.result(timeout=10)
+
+
+def test_a_batch_blocked_midway_on_max_pending_keeps_its_accepted_part_when_closed(
+    bus: Bus,
+) -> None:
+    topic = bus.create_topic("orders", max_pending=3, ack_timeout=None)
+    topic.create_group("held")  # no member: what enters stays pending
+    batch = topic._publish_parts([b"%d" % n for n in range(5)], [{}] * 5, [None] * 5)
+    assert wait_until(lambda: topic.stats().pending == 3, 10.0)
+    assert not batch.done()  # the other two wait for a slot
+
+    topic.close()
+
+    partial = batch.exception(timeout=10)
+    assert isinstance(partial, PartlyPublished)
+    assert partial.ids == ["1", "2", "3"] and isinstance(partial.error, TopicClosedError)
+    assert [letter.message_id for letter in topic.dead_letters] == ["1", "2", "3"]
 
 
 def test_delivery_carries_the_object_itself(bus: Bus) -> None:

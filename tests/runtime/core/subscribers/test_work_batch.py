@@ -74,7 +74,8 @@ def test_worker_side_deliveries_without_attributes_share_the_read_only_empty_dic
 
 
 def _numbered(*seqs: int) -> list[Envelope]:
-    return [(seq, str(seq), f"m{seq}".encode(), None, None, "orders", 1234.5) for seq in seqs]
+    """Published messages' envelopes: the id is the number (no id of their own)."""
+    return [(seq, None, f"m{seq}".encode(), None, None, "orders", 1234.5) for seq in seqs]
 
 
 @pytest.mark.parametrize(("seqs", "compact"), [
@@ -82,23 +83,36 @@ def _numbered(*seqs: int) -> list[Envelope]:
     ((5, 7, 6, 8), False),  # a permutation of a run (racing publishers): as numbers
     ((1000, 1002), False),
 ])
-def test_messages_travel_by_number_and_the_worker_spells_their_ids(
+def test_messages_travel_by_number_and_read_their_ids_from_it(
     seqs: tuple[int, ...], compact: bool,
 ) -> None:
     envelopes = _numbered(*seqs)
     batch = WorkBatch.of_envelopes(5, "g", "orders", envelopes, None)
 
-    assert (type(batch.seqs) is range) is compact
+    assert (type(batch.seqs) is range) is compact and batch.ids is None
     assert list(batch.seqs) == list(seqs)
     received = pickle.loads(pickle.dumps(batch)).deliveries(HandOver(None, 5, "g"))
     assert [d.message_id for d in received] == [str(seq) for seq in seqs]
     assert [d.message.data for d in received] == [f"m{seq}".encode() for seq in seqs]
+    assert [d.message.message_id for d in received] == [str(seq) for seq in seqs]
+
+
+def test_a_replayed_message_keeps_its_own_id_in_the_worker() -> None:
+    replayed: Envelope = (-1, "42", b"again", None, None, "orders", 1234.5)
+    envelopes = [*_numbered(7), replayed]
+    batch = WorkBatch.of_envelopes(5, "g", "orders", envelopes, [1, 2])
+
+    received = pickle.loads(pickle.dumps(batch)).deliveries(HandOver(None, 5, "g"))
+
+    assert [d.message_id for d in received] == ["7", "42"]
+    assert [d.message.message_id for d in received] == ["7", "42"]
+    assert [d.attempt for d in received] == [1, 2]
 
 
 def test_a_run_of_numbers_pickles_smaller_than_its_ids() -> None:
     envelopes = _numbered(*range(1_000_000, 1_004_096))
     batch = WorkBatch.of_envelopes(5, "g", "orders", envelopes, None)
-    ids = [e[1] for e in envelopes]
+    ids = [str(e[0]) for e in envelopes]
 
     with_ids = len(pickle.dumps((ids, batch.payloads)))
     assert len(pickle.dumps(batch)) < with_ids - 4 * 4096
