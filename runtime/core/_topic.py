@@ -21,7 +21,13 @@ from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core._subscribing import Subscribing
 from runtime.core._timer import Timer
-from runtime.core._topic_actor import PublishBatch, PublishEnvelopes, TopicActor
+from runtime.core._topic_actor import (
+    BatchOutcome,
+    PublishBatch,
+    PublishEnvelopes,
+    PublishRun,
+    TopicActor,
+)
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -149,6 +155,21 @@ class Topic(Subscribing[T]):
         """
         future: Future[Sequence[str]] = Future()
         return self._tell_publish(PublishBatch(datas, attributes, keys, future), future)
+
+    def _publish_run(
+        self, parts: list[tuple[list[bytes], list[dict[str, str]], list[str | None]]],
+        reply: Callable[[list[BatchOutcome]], None],
+    ) -> None:
+        """Publish several Publisher batches in one mailbox message (`PublishRun`).
+
+        Never blocks. ``reply`` gets each batch's ids or failure, in order, once: in
+        the topic's thread, or in this one when the topic is closed.
+        """
+        with self._state_lock:
+            if not (self._ledger.closed or self._torn_down):
+                self._actor.tell(PublishRun(parts, reply))
+                return
+        reply([(None, TopicClosedError(self._name))] * len(parts))
 
     def _stamp_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from actors import Actor
 from runtime.core._publishing import PartlyPublished, PublishPath
 
-__all__ = ["PublishBatch", "PublishEnvelopes", "TopicActor"]
+__all__ = ["BatchOutcome", "PublishBatch", "PublishEnvelopes", "PublishRun", "TopicActor"]
 
 # Batches that wait for the ones behind them in the mailbox, at most.
 _MAX_MERGED = 16
+
+# A batch's ids, or why it failed (both: the topic accepted only a prefix of it).
+BatchOutcome = tuple["Sequence[str] | None", "BaseException | None"]
+
+
+class Resolvable(Protocol):
+    """What the topic actor resolves a batch through: a `Future`, or a run's slot."""
+
+    def set_running_or_notify_cancel(self) -> bool: ...
+    def set_result(self, result: Sequence[str]) -> None: ...
+    def set_exception(self, exception: BaseException | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +35,20 @@ class PublishBatch:
     datas: list[bytes]
     attributes: list[dict[str, str]]
     keys: list[str | None]
-    future: Future[Sequence[str]]
+    future: Resolvable
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRun:
+    """Publisher batches sent together, each ``(datas, attributes, keys)``; ``reply``
+    is called once, in the topic's thread, with each batch's `BatchOutcome` in order.
+
+    One mailbox message and one reply for several batches: per batch, a `Future`,
+    its callback and a reply message each cost both actors a few microseconds.
+    """
+
+    parts: list[tuple[list[bytes], list[dict[str, str]], list[str | None]]]
+    reply: Callable[[list[BatchOutcome]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,27 +84,44 @@ class TopicActor(Actor):
         self._count = 0  # messages in the waiting batches
 
     def on_receive(self, message: Any) -> Any:
-        """Take one `PublishBatch` or `PublishEnvelopes`; its failure goes to its future,
-        never to the actor."""
+        """Take one `PublishBatch`, `PublishRun` or `PublishEnvelopes`; a failure goes to
+        its future or reply, never to the actor."""
+        if isinstance(message, PublishBatch):
+            if message.future.set_running_or_notify_cancel():
+                self._add(message, more=not self.actor_inbox.empty())
+            return None
+        if isinstance(message, PublishRun):
+            self._publish_run(message)
+            return None
         if isinstance(message, PublishEnvelopes):
             self._publish_waiting()  # in mailbox order
             if message.future.set_running_or_notify_cancel():
                 _resolve(message.future, self._path.publish_envelopes, message.envelopes)
             return None
-        if isinstance(message, PublishBatch):
-            if not message.future.set_running_or_notify_cancel():
-                return None
-            if self._count + len(message.datas) > self._path.chunk:
-                self._publish_waiting()  # a batch that fits one chunk is never split
-            self._waiting.append(message)
-            self._count += len(message.datas)
-            if (
-                self._count + len(message.datas) <= self._path.chunk
-                and len(self._waiting) < _MAX_MERGED and not self.actor_inbox.empty()
-            ):
-                return None
         self._publish_waiting()
         return None
+
+    def _add(self, batch: PublishBatch, *, more: bool) -> None:
+        """Queue ``batch`` behind the waiting ones; publish them unless ``more`` batches
+        follow at once and the next, if as large, would still fit the run's chunk."""
+        if self._count + len(batch.datas) > self._path.chunk:
+            self._publish_waiting()  # a batch that fits one chunk is never split
+        self._waiting.append(batch)
+        self._count += len(batch.datas)
+        if not (
+            more and self._count + len(batch.datas) <= self._path.chunk
+            and len(self._waiting) < _MAX_MERGED
+        ):
+            self._publish_waiting()
+
+    def _publish_run(self, run: PublishRun) -> None:
+        """Publish a run's batches as consecutive `PublishBatch` messages would be, then
+        reply once with their outcomes."""
+        slots = [_Slot() for _ in run.parts]
+        for (datas, attributes, keys), slot in zip(run.parts, slots, strict=True):
+            self._add(PublishBatch(datas, attributes, keys, slot), more=True)
+        self._publish_waiting()
+        run.reply([slot.outcome for slot in slots])
 
     def on_stop(self) -> None:
         self._publish_waiting()  # the topic is closing: they fail, each in its future
@@ -93,11 +134,30 @@ class TopicActor(Actor):
             _publish_merged(self._path, batches)
 
 
+class _Slot:
+    """Where the topic actor leaves one batch of a `PublishRun`'s outcome."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self) -> None:
+        self.outcome: BatchOutcome = (None, None)
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return True
+
+    def set_result(self, result: Sequence[str]) -> None:
+        self.outcome = (result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self.outcome = (exception.ids, exception.error) if isinstance(
+            exception, PartlyPublished) else (None, exception)
+
+
 def _publish_one(path: PublishPath, batch: PublishBatch) -> None:
     _resolve(batch.future, path.publish_parts, batch.datas, batch.attributes, batch.keys)
 
 
-def _resolve(future: Future[Sequence[str]], publish: Any, *args: Any) -> None:
+def _resolve(future: Resolvable, publish: Any, *args: Any) -> None:
     try:
         ids = publish(*args)
     except BaseException as exc:

@@ -8,7 +8,8 @@ Callers (the `Publisher` handle) reach it through its mailbox:
   the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
 - `Tick` comes from the ticker at the earliest batch deadline;
-- `BatchDone` comes back from the topic's future, through a tell, for every batch sent;
+- `RunDone` comes back from a local topic, once per run of batches sent together
+  (`SendRun`), and `BatchDone` from any other topic's future, once per batch;
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
@@ -39,22 +40,21 @@ from runtime.publisher._messages import (
     Drain,
     Flush,
     Resume,
+    RunDone,
     SendNow,
+    SendRun,
     SetOptions,
     Tick,
 )
+from runtime.publisher._sending import SEND_WINDOW, Sending
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
 
 __all__ = ["SEND_WINDOW", "PublisherActor"]
 
-# Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here as
-# parts; without a window a fast publisher parks its whole backlog in the topic's mailbox
-# as Message objects, which the garbage collector rescans on every full collection.
-SEND_WINDOW = 32
 
 
-class PublisherActor(Actor):
+class PublisherActor(Sending, Actor):
     """Batches messages per lane, sends them to ``topic``, settles their futures.
 
     Args:
@@ -82,6 +82,7 @@ class PublisherActor(Actor):
         self._topic = topic
         self._publish_parts: Callable[..., Future[Sequence[str]]] | None = getattr(
             topic, "_publish_parts", None)
+        self._publish_run: Callable[..., None] | None = getattr(topic, "_publish_run", None)
         self._gate = gate
         self._intake = intake
         self._ordering = message_ordering
@@ -91,7 +92,9 @@ class PublisherActor(Actor):
         self._sequencer = KeySequencer()
         self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        self._in_flight: dict[int, Future[Sequence[str]]] = {}  # sent: the topic's futures
+        # Sent: the topic's future, or the run the batch went in.
+        self._in_flight: dict[int, Future[Sequence[str]] | SendRun] = {}
+        self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
         self._barriers = FlushBarriers()
         self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
@@ -114,6 +117,8 @@ class PublisherActor(Actor):
     def on_receive(self, message: Any) -> Any:
         if message.__class__ is Drain:
             self._drain()
+        elif message.__class__ is RunDone:
+            self._run_done(message)
         elif message.__class__ is BatchDone:
             self._batch_done(message)
         elif message.__class__ is Tick:
@@ -131,6 +136,8 @@ class PublisherActor(Actor):
                 self._on_paused(self._sequencer.paused)
         else:
             raise TypeError(f"unexpected message for a Publisher: {message!r}")
+        if self._outbox:
+            self._send_outbox()
         return None
 
     def _drain(self) -> None:
@@ -193,46 +200,6 @@ class PublisherActor(Actor):
             return
         self._send(ready)
 
-    def _send(self, batch: Batch) -> None:
-        if batch.key is None:
-            self._unkeyed_in_flight += 1
-        try:
-            if self._publish_parts is not None:
-                result = self._publish_parts(batch.datas, batch.attributes, batch.keys)
-            else:
-                result = self._topic._publish_batch(batch.messages)
-        except Exception as exc:  # a topic should fail the future; tolerate a raise
-            result = Future()
-            result.set_exception(exc)
-        ref = self._self_ref
-        assert ref is not None
-        batch_id = batch.id
-        self._in_flight[batch_id] = result
-        result.add_done_callback(lambda done: ref.tell(BatchDone(batch_id=batch_id, result=done)))
-
-    def _batch_done(self, done: BatchDone) -> None:
-        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
-        if self._in_flight.get(done.batch_id) is not done.result:
-            return
-        del self._in_flight[done.batch_id]
-        batch = self._outstanding[done.batch_id]
-        ids, error = done.outcome(len(batch))
-        self._settle(batch, ids, error)
-        if self._gate.congested:
-            self._relieve()
-        key = batch.key
-        if key is None:
-            self._unkeyed_in_flight -= 1
-            if self._held:
-                self._send(self._held.popleft())
-            return
-        if error is None:
-            following = self._sequencer.complete(key)
-            if following is not None:
-                self._send(following)
-        else:
-            self._pause(key)
-
     def _pause(self, key: str) -> None:
         """Fail everything waiting on ``key`` and refuse it until resumed."""
         waiting = self._sequencer.pause(key)
@@ -285,6 +252,7 @@ class PublisherActor(Actor):
         self._sequencer.drain()
         self._in_flight.clear()
         self._held.clear()  # still in _outstanding: settled below
+        self._outbox.clear()
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:
             self._settle(batch, None, error)
         self._barriers.release_all()

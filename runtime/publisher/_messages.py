@@ -21,9 +21,12 @@ __all__ = [
     "Drain",
     "Flush",
     "Resume",
+    "RunDone",
     "SendNow",
+    "SendRun",
     "SetOptions",
     "Tick",
+    "checked",
 ]
 
 
@@ -63,6 +66,34 @@ class Flush:
     done: Future[None]
 
 
+class SendRun:
+    """Batches sent to a local topic in one message (by id, in order); identity marks
+    the replies meant for them."""
+
+    __slots__ = ("batch_ids",)
+
+    def __init__(self, batch_ids: list[int]) -> None:
+        self.batch_ids = batch_ids
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDone:
+    """Tell, from the topic's reply to a `SendRun`: each batch's ids or failure."""
+
+    run: SendRun
+    outcomes: list[tuple[Sequence[str] | None, BaseException | None]]
+
+
+def checked(
+    ids: Sequence[str] | None, error: BaseException | None, count: int,
+) -> tuple[Sequence[str] | None, BaseException | None]:
+    """A batch's outcome, or an internal error when a confirmation's ids do not match
+    its ``count`` messages."""
+    if error is None and ids is not None and len(ids) != count:
+        return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
+    return ids, error
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchDone:
     """Tell, from the topic's future callback: a sent batch is confirmed or failed."""
@@ -79,9 +110,7 @@ class BatchDone:
             return partial.ids, partial.error
         except BaseException as exc:  # CancelledError included: the batch failed
             return None, exc
-        if len(ids) != count:
-            return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
-        return ids, None
+        return checked(ids, None, count)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

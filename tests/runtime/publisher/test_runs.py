@@ -1,0 +1,137 @@
+"""Runs: a Publisher sends the batches one mail made ready to a local topic in one
+message (`Topic._publish_run`), and settles each from the one reply."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from support.publisher import batching
+
+from actors import ActorSystem
+from runtime import Bus
+from runtime.core._topic_actor import BatchOutcome
+from runtime.errors import OrderingKeyPausedError, TopicClosedError
+from runtime.publisher._publisher import Publisher
+from runtime.publisher._sending import RUN
+
+Parts = list[tuple[list[bytes], list[dict[str, str]], list[str | None]]]
+
+
+class RunTopic:
+    """A local topic's run seam: records each run, replies when the test says so."""
+
+    def __init__(self, *, raises: BaseException | None = None) -> None:
+        self.name = "runs"
+        self.raises = raises
+        self.runs: list[tuple[Parts, Callable[[list[BatchOutcome]], None]]] = []
+        self.arrived = threading.Event()
+
+    def _publish_run(self, parts: Parts, reply: Callable[[list[BatchOutcome]], None]) -> None:
+        if self.raises is not None:
+            raise self.raises
+        self.runs.append((parts, reply))
+        self.arrived.set()
+
+    def _publish_batch(self, messages: list[Any]) -> Future[Sequence[str]]:
+        raise AssertionError("a topic with runs gets no single batch")
+
+
+def _keyed_publisher(system: ActorSystem, topic: Any) -> Publisher:
+    return Publisher(topic, system=system, batching=batching(max_messages=100),
+                     message_ordering=True)
+
+
+def _publish_three_keys(publisher: Publisher) -> list[Future[str]]:
+    """Two messages with key a, one with b, two with c: three open batches."""
+    return [publisher.publish(data, ordering_key=key) for data, key in [
+        (b"a1", "a"), (b"b1", "b"), (b"a2", "a"), (b"c1", "c"), (b"c2", "c")]]
+
+
+def test_the_batches_one_mail_closes_go_as_one_run_and_settle_from_one_reply(
+    system: ActorSystem,
+) -> None:
+    topic = RunTopic()
+    publisher = _keyed_publisher(system, topic)
+    futures = _publish_three_keys(publisher)
+    flushed = threading.Thread(target=publisher.flush, args=(10.0,))
+    flushed.start()
+
+    assert topic.arrived.wait(10.0)
+    [(parts, reply)] = topic.runs  # the flush closed all three: one message
+    assert [datas for datas, _, _ in parts] == [[b"a1", b"a2"], [b"b1"], [b"c1", b"c2"]]
+    assert [keys for _, _, keys in parts] == [["a", "a"], ["b"], ["c", "c"]]
+    reply([(["1", "2"], None), (["3"], None), (["4", "5"], None)])
+    flushed.join(10.0)
+
+    assert [f.result(10.0) for f in futures] == ["1", "3", "2", "4", "5"]
+    assert not flushed.is_alive() and publisher.outstanding == (0, 0)
+    publisher.close(10.0)
+
+
+def test_a_run_accepted_in_part_settles_each_batch_for_its_own_part(system: ActorSystem) -> None:
+    topic = RunTopic()
+    publisher = _keyed_publisher(system, topic)
+    futures = _publish_three_keys(publisher)
+    flushed = threading.Thread(target=publisher.flush, args=(10.0,))
+    flushed.start()
+    assert topic.arrived.wait(10.0)
+    closed = TopicClosedError("runs")
+
+    topic.runs[0][1]([(["1", "2"], None), (["3"], None), (["4"], closed)])
+    flushed.join(10.0)
+
+    assert [f.result(10.0) for f in futures[:4]] == ["1", "3", "2", "4"]
+    assert futures[4].exception(10.0) is closed
+    with pytest.raises(OrderingKeyPausedError):  # a failed batch pauses its key
+        publisher.publish(b"c3", ordering_key="c")
+    publisher.close(10.0)
+
+
+def test_a_topic_that_raises_fails_every_batch_of_the_run(system: ActorSystem) -> None:
+    boom = RuntimeError("topic broke")
+    publisher = Publisher(RunTopic(raises=boom), system=system, batching=batching())
+    futures = [publisher.publish(b"m%d" % n) for n in range(3)]
+
+    publisher.flush(10.0)
+
+    assert [f.exception(10.0) for f in futures] == [boom] * 3
+    publisher.close(10.0)
+
+
+def test_a_local_topic_replies_once_with_each_batch_s_ids_in_order() -> None:
+    replies: list[list[BatchOutcome]] = []
+    replied = threading.Event()
+
+    def reply(outcomes: list[BatchOutcome]) -> None:
+        replies.append(outcomes)
+        replied.set()
+
+    with Bus() as bus:
+        topic = bus.create_topic("runs", ack_timeout=None, balanced_capacity=RUN * 10)
+        topic.create_group("g")
+        topic._publish_run([([b"x"] * 2, [{}] * 2, [None] * 2), ([b"y"], [{"k": "v"}], ["k"])],
+                           reply)
+        assert replied.wait(10.0)
+        stats = topic.stats()
+
+    assert replies == [[(["1", "2"], None), (["3"], None)]]
+    assert stats.published == 3 and stats.pending == 3
+
+
+def test_a_closed_topic_refuses_a_run_at_once_in_the_caller_s_thread() -> None:
+    replies: list[tuple[list[BatchOutcome], int]] = []
+    with Bus() as bus:
+        topic = bus.create_topic("runs")
+        topic.close()
+
+        topic._publish_run([([b"x"], [{}], [None])] * 2,
+                           lambda outcomes: replies.append((outcomes, threading.get_ident())))
+
+    [(outcomes, thread)] = replies
+    assert thread == threading.get_ident()
+    assert [ids for ids, _ in outcomes] == [None, None]
+    assert all(isinstance(error, TopicClosedError) for _, error in outcomes)
