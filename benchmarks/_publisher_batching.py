@@ -5,7 +5,8 @@ realistic case: a publisher with nobody reading is not what users run). A round 
 ``publish`` x N and ``flush`` -- the Publisher path up to the topic's confirmation --
 then waits, untimed, until the member settled everything so the next round starts
 from an idle topic. Batching off means ``max_messages=1, max_bytes=1, max_latency=0``:
-every message is its own batch and its own mailbox message to the topic. That side
+every message is its own batch, with its own outcome (a local topic still gets up to
+16 ready batches per mailbox message: `runtime.publisher._sending.RUN`). That side
 publishes a tenth as many messages per round (rates are compared, not times).
 """
 
