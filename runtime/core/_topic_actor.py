@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from actors import Actor
 from runtime.core._publishing import PartlyPublished, PublishPath
 
 __all__ = ["BatchOutcome", "PublishBatch", "PublishEnvelopes", "PublishRun", "TopicActor"]
+
+logger = logging.getLogger(__name__)
 
 # Batches that wait for the ones behind them in the mailbox, at most.
 _MAX_MERGED = 16
@@ -121,7 +124,10 @@ class TopicActor(Actor):
         for (datas, attributes, keys), slot in zip(run.parts, slots, strict=True):
             self._add(PublishBatch(datas, attributes, keys, slot), more=True)
         self._publish_waiting()
-        run.reply([slot.outcome for slot in slots])
+        try:
+            run.reply([slot.outcome for slot in slots])
+        except Exception:  # the sender's bug: the topic goes on
+            logger.exception("the reply to a publish run of %d batches failed", len(slots))
 
     def on_stop(self) -> None:
         self._publish_waiting()  # the topic is closing: they fail, each in its future

@@ -53,7 +53,6 @@ from runtime.publisher._ticker import Ticker
 __all__ = ["SEND_WINDOW", "PublisherActor"]
 
 
-
 class PublisherActor(Sending, Actor):
     """Batches messages per lane, sends them to ``topic``, settles their futures.
 

@@ -135,3 +135,20 @@ def test_a_closed_topic_refuses_a_run_at_once_in_the_caller_s_thread() -> None:
     assert thread == threading.get_ident()
     assert [ids for ids, _ in outcomes] == [None, None]
     assert all(isinstance(error, TopicClosedError) for _, error in outcomes)
+
+
+def test_a_reply_that_raises_is_logged_and_the_topic_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(outcomes: list[BatchOutcome]) -> None:
+        raise RuntimeError("reply broke")
+
+    with Bus() as bus:
+        topic = bus.create_topic("runs", ack_timeout=None)
+        topic.create_group("g")
+        topic._publish_run([([b"x"], [{}], [None])], broken)
+
+        ids = topic._publish_parts([b"y"], [{}], [None]).result(10.0)
+
+    assert ids == ["2"]  # the run's message was published, and the topic still works
+    assert any("reply to a publish run" in r.getMessage() for r in caplog.records)
