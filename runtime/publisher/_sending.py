@@ -66,8 +66,8 @@ class Sending:
                 self._send_alone(batch)
             return
         for start in range(0, len(batches), RUN):
-            self._send_run(SendRun([batch.id for batch in batches[start:start + RUN]]),
-                           batches[start:start + RUN])
+            run = batches[start:start + RUN]
+            self._send_run(SendRun([batch.id for batch in run]), run)
 
     def _send_run(self, run: SendRun, batches: list[Batch]) -> None:
         ref, publish_run = self._self_ref, self._publish_run
