@@ -40,27 +40,27 @@ class RunTopic:
         raise AssertionError("a topic with runs gets no single batch")
 
 
-def _keyed_publisher(system: ActorSystem, topic: Any) -> Publisher:
-    return Publisher(topic, system=system, batching=batching(max_messages=100),
-                     message_ordering=True)
-
-
-def _publish_three_keys(publisher: Publisher) -> list[Future[str]]:
-    """Two messages with key a, one with b, two with c: three open batches."""
-    return [publisher.publish(data, ordering_key=key) for data, key in [
+def _flushing_three_keys(
+    system: ActorSystem,
+) -> tuple[RunTopic, Publisher, list[Future[str]], threading.Thread]:
+    """A keyed Publisher with three open batches (two messages with key a, one with b,
+    two with c), flushing in a thread once its run reached the topic."""
+    topic = RunTopic()
+    publisher = Publisher(topic, system=system, batching=batching(max_messages=100),
+                          message_ordering=True)
+    futures = [publisher.publish(data, ordering_key=key) for data, key in [
         (b"a1", "a"), (b"b1", "b"), (b"a2", "a"), (b"c1", "c"), (b"c2", "c")]]
+    flushed = threading.Thread(target=publisher.flush, args=(10.0,))
+    flushed.start()
+    assert topic.arrived.wait(10.0)
+    return topic, publisher, futures, flushed
 
 
 def test_the_batches_one_mail_closes_go_as_one_run_and_settle_from_one_reply(
     system: ActorSystem,
 ) -> None:
-    topic = RunTopic()
-    publisher = _keyed_publisher(system, topic)
-    futures = _publish_three_keys(publisher)
-    flushed = threading.Thread(target=publisher.flush, args=(10.0,))
-    flushed.start()
+    topic, publisher, futures, flushed = _flushing_three_keys(system)
 
-    assert topic.arrived.wait(10.0)
     [(parts, reply)] = topic.runs  # the flush closed all three: one message
     assert [datas for datas, _, _ in parts] == [[b"a1", b"a2"], [b"b1"], [b"c1", b"c2"]]
     assert [keys for _, _, keys in parts] == [["a", "a"], ["b"], ["c", "c"]]
@@ -73,12 +73,7 @@ def test_the_batches_one_mail_closes_go_as_one_run_and_settle_from_one_reply(
 
 
 def test_a_run_accepted_in_part_settles_each_batch_for_its_own_part(system: ActorSystem) -> None:
-    topic = RunTopic()
-    publisher = _keyed_publisher(system, topic)
-    futures = _publish_three_keys(publisher)
-    flushed = threading.Thread(target=publisher.flush, args=(10.0,))
-    flushed.start()
-    assert topic.arrived.wait(10.0)
+    topic, publisher, futures, flushed = _flushing_three_keys(system)
     closed = TopicClosedError("runs")
 
     topic.runs[0][1]([(["1", "2"], None), (["3"], None), (["4"], closed)])
