@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
+from runtime.core._batch_seam import BatchSeam
 from runtime.core._closing import close_publishers
 from runtime.core._held import holder
-from runtime.core._message import Message, parts_of
+from runtime.core._message import Message
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
 from runtime.core._replay import Replay
@@ -22,10 +22,6 @@ from runtime.core._stats import TopicStats
 from runtime.core._subscribing import Subscribing
 from runtime.core._timer import Timer
 from runtime.core._topic_actor import (
-    BatchOutcome,
-    PublishBatch,
-    PublishEnvelopes,
-    PublishRun,
     TopicActor,
 )
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
@@ -34,7 +30,6 @@ from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tracker import SWEEP, TICK, TrackerActor
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscribers import Subscribers
-from runtime.errors import TopicClosedError
 
 if TYPE_CHECKING:
     from runtime.publisher._publisher import Publisher
@@ -47,7 +42,7 @@ T = TypeVar("T")
 _STOP_TIMEOUT = 5.0
 
 
-class Topic(Subscribing[T]):
+class Topic(BatchSeam, Subscribing[T]):
     """A named stream of messages with balanced groups and broadcast subscribers.
 
     Made by `Bus.create_topic`. Publishing runs in the caller's thread; the topic's
@@ -139,61 +134,6 @@ class Topic(Subscribing[T]):
             WouldBlock: ``timeout`` passed while waiting.
         """
         return self._path.publish_one(message, key, attributes, timeout)
-
-    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
-        """`_publish_parts` for prepared `Message` objects (an empty key is no key)."""
-        return self._publish_parts(*parts_of(messages))
-
-    def _publish_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> Future[Sequence[str]]:
-        """Publish a Publisher batch, as parallel lists, in one mailbox message.
-
-        Never blocks. The future resolves with the ids in order once every message was
-        accepted, or fails (nothing of the batch delivered for a closed topic or a
-        type error).
-        """
-        future: Future[Sequence[str]] = Future()
-        return self._tell_publish(PublishBatch(datas, attributes, keys, future), future)
-
-    def _publish_run(
-        self, parts: list[tuple[list[bytes], list[dict[str, str]], list[str | None]]],
-        reply: Callable[[list[BatchOutcome]], None],
-    ) -> None:
-        """Publish several Publisher batches in one mailbox message (`PublishRun`).
-
-        Never blocks. ``reply`` gets each batch's ids or failure, in order, once: in
-        the topic's thread, or in this one when the topic is closed.
-        """
-        with self._state_lock:
-            if not (self._ledger.closed or self._torn_down):
-                self._actor.tell(PublishRun(parts, reply))
-                return
-        reply([(None, TopicClosedError(self._name))] * len(parts))
-
-    def _stamp_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> list[Any]:
-        """Accept a batch ahead of its publish (ids and publish time given now): a staged
-        sink part, published when its batch commits (`_publish_envelopes`).
-
-        Raises:
-            TopicClosedError, MessageTypeError, TypeError: as `_publish_parts`'s future.
-        """
-        return self._path.stamp_parts(datas, attributes, keys)
-
-    def _publish_envelopes(self, envelopes: list[Any]) -> Future[Sequence[str]]:
-        """`_publish_parts` for the envelopes of `_stamp_parts`."""
-        future: Future[Sequence[str]] = Future()
-        return self._tell_publish(PublishEnvelopes(envelopes, future), future)
-
-    def _tell_publish(self, message: Any, future: Future[Sequence[str]]) -> Future[Sequence[str]]:
-        with self._state_lock:
-            if self._ledger.closed or self._torn_down:
-                future.set_exception(TopicClosedError(self._name))
-            else:
-                self._actor.tell(message)
-        return future
 
     def publisher(self, **options: Any) -> Publisher:
         """A batching `Publisher` for this topic (options: see `runtime.Publisher`).
