@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
-from runtime.core._batch_seam import BatchSeam
 from runtime.core._closing import close_publishers
 from runtime.core._held import holder
 from runtime.core._message import Message
@@ -21,9 +20,7 @@ from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core._subscribing import Subscribing
 from runtime.core._timer import Timer
-from runtime.core._topic_actor import (
-    TopicActor,
-)
+from runtime.core._topic_actor import BatchSeam, TopicActor
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
