@@ -21,9 +21,7 @@ would walk it until then.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import Any
 
 from actors import Actor, Ref
@@ -42,7 +40,6 @@ from runtime.publisher._messages import (
     Resume,
     RunDone,
     SendNow,
-    SendRun,
     SetOptions,
     Tick,
 )
@@ -78,10 +75,7 @@ class PublisherActor(Sending, Actor):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
-        self._topic = topic
-        self._publish_parts: Callable[..., Future[Sequence[str]]] | None = getattr(
-            topic, "_publish_parts", None)
-        self._publish_run: Callable[..., None] | None = getattr(topic, "_publish_run", None)
+        self._init_sending(topic)
         self._gate = gate
         self._intake = intake
         self._ordering = message_ordering
@@ -91,12 +85,7 @@ class PublisherActor(Sending, Actor):
         self._sequencer = KeySequencer()
         self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        # Sent: the topic's future, or the run the batch went in.
-        self._in_flight: dict[int, Future[Sequence[str]] | SendRun] = {}
-        self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
         self._barriers = FlushBarriers()
-        self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
-        self._unkeyed_in_flight = 0
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
         self._self_ref: Ref | None = None

@@ -39,6 +39,17 @@ class Sending:
     _held: deque[Batch]
     _unkeyed_in_flight: int
 
+    def _init_sending(self, topic: BatchTopic) -> None:
+        """The sending state, empty (from the actor's ``__init__``)."""
+        self._topic = topic
+        self._publish_parts = getattr(topic, "_publish_parts", None)
+        self._publish_run = getattr(topic, "_publish_run", None)
+        # Sent: the topic's future, or the run the batch went in.
+        self._in_flight = {}
+        self._outbox = []  # ready: sent when the current mail is handled
+        self._held = deque()  # unkeyed batches waiting for the send window
+        self._unkeyed_in_flight = 0
+
     def _settle(
         self, batch: Batch, ids: Sequence[str] | None, error: BaseException | None,
     ) -> None:

@@ -217,16 +217,23 @@ def _publish_racing(
     return [pair for one_thread in kept for pair in one_thread]
 
 
+def _leave_spares(publisher: Publisher) -> None:
+    """Publish a first round, dropping every future, and flush it: its futures, dropped
+    while pending, are left as spares (else all of a racing round's publishes could end
+    before the actor's first drain returned any)."""
+    for index in range(2_000):
+        publisher.publish(b"first-%d" % index)
+    publisher.flush(30.0)
+    assert publisher._intake.spares
+
+
 def test_reused_futures_never_cross_messages_under_racing_publishers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Four threads publish at once, each keeping every third future and dropping the
     rest (which the next publishes reuse): each kept future resolves with the id the
-    topic gave its own message, and every message arrives once.
-
-    A first round, flushed, leaves spares behind, so the racing round starts by reusing
-    them whatever the scheduling (without it, all 12,000 publishes could end before the
-    actor's first drain returned any)."""
+    topic gave its own message, and every message arrives once. Spares left by a first
+    round make reuse certain whatever the scheduling."""
     threads_count, per_thread = 4, 3_000
     seen: dict[str, bytes] = {}
     lock = threading.Lock()
@@ -241,10 +248,7 @@ def test_reused_futures_never_cross_messages_under_racing_publishers(
         topic = bus.create_topic("t", balanced_capacity=10_000)
         topic.subscribe(record, group="g", auto_ack=True)
         publisher = topic.publisher()
-        for index in range(2_000):
-            publisher.publish(b"first-%d" % index)
-        publisher.flush(30.0)
-        assert publisher._intake.spares  # dropped, pending: kept for reuse
+        _leave_spares(publisher)
         created[0] = 0
         pairs = _publish_racing(publisher, threads_count, per_thread)
         publisher.flush(30.0)
