@@ -39,7 +39,9 @@ class FanOut:
     ) -> tuple[dict[str, str], int]:
         """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
         groups = self._groups()
-        admitted = self._take_room(groups, envelopes, slotted, deadline)
+        # A keyed message can go to one member only (stricter room; the group routes it).
+        keyed = list(map(_key_of, envelopes)).count(None) != len(envelopes)
+        admitted = self._take_room(groups, envelopes, keyed, slotted, deadline)
         for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
             if not self._ring.would_lag(len(envelopes)):
                 break
@@ -61,7 +63,7 @@ class FanOut:
         for wake in wakes:
             wake()
         settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged]
-        balanced = self._enqueue(groups, admitted, envelopes, settled)
+        balanced = self._enqueue(groups, admitted, envelopes, keyed, settled)
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
@@ -79,14 +81,12 @@ class FanOut:
             raise
 
     def _take_room(
-        self, groups: list[GroupHandle], envelopes: list[Envelope], slotted: bool,
+        self, groups: list[GroupHandle], envelopes: list[Envelope], keyed: bool, slotted: bool,
         deadline: float | None,
     ) -> list[int]:
         """Room per group: ``count``, fewer (drop_newest), or -1 (the group is gone)."""
         count = len(envelopes)
         admitted: list[int] = []
-        keys = list(map(_key_of, envelopes))
-        keyed = keys.count(None) != count  # a keyed message can go to one member only
         try:
             for group in groups:
                 if self._block:
@@ -106,16 +106,16 @@ class FanOut:
 
     def _enqueue(
         self, groups: list[GroupHandle], admitted: list[int], envelopes: list[Envelope],
-        settled: list[Delivery[Any]],
+        keyed: bool, settled: list[Delivery[Any]],
     ) -> dict[str, str]:
         balanced = {}
         for group, taken in zip(groups, admitted, strict=True):
             if taken == len(envelopes):
-                group.arrivals.put(envelopes)
+                group.arrivals.put(envelopes, keyed)
                 balanced[group.name] = "enqueued"
                 continue
             if taken > 0:
-                group.arrivals.put(envelopes[:taken])
+                group.arrivals.put(envelopes[:taken], keyed)
             reason = "dropped" if taken >= 0 else "unsubscribed"
             settled.extend(
                 Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]

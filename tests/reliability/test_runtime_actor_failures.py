@@ -28,11 +28,11 @@ def test_a_failing_group_dead_letters_what_waits_and_later_messages(
     accept = GroupActor._accept
     calls = []
 
-    def accept_then_fail(self: GroupActor, envelopes: list[Any]) -> None:
+    def accept_then_fail(self: GroupActor, envelopes: list[Any], *keyed: bool) -> None:
         calls.append(len(envelopes))
         if len(calls) == 3:
             raise RuntimeError("books out of order")
-        accept(self, envelopes)
+        accept(self, envelopes, *keyed)
 
     monkeypatch.setattr(GroupActor, "_accept", accept_then_fail)
     restarted = threading.Event()
@@ -76,10 +76,10 @@ def test_a_group_that_failed_still_settles_what_its_members_hold(
 
     accept = GroupActor._accept
 
-    def accept_then_fail(self: GroupActor, envelopes: list[Any]) -> None:
+    def accept_then_fail(self: GroupActor, envelopes: list[Any], *keyed: bool) -> None:
         if holding.is_set():
             raise RuntimeError("boom")
-        accept(self, envelopes)
+        accept(self, envelopes, *keyed)
 
     monkeypatch.setattr(GroupActor, "_accept", accept_then_fail)
     with Bus() as bus:

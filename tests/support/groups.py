@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.core._envelope import Envelope
+from runtime.core._envelope import KEY, Envelope
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
 from runtime.core.subscribers._gate import Gate
@@ -71,5 +71,5 @@ def group_of(*members: Any) -> GroupActor:
 
 def publish_chunk(group: GroupActor, chunk: list[Envelope]) -> None:
     """What a publisher's fan-out does, then the group's handling of its cue."""
-    group._arrivals.put(chunk)
+    group._arrivals.put(chunk, any(envelope[KEY] is not None for envelope in chunk))
     group.on_receive(ARRIVED)

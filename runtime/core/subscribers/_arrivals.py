@@ -18,7 +18,11 @@ from runtime.core._envelope import Envelope
 if TYPE_CHECKING:
     from actors import Ref
 
-__all__ = ["ARRIVED", "Arrivals"]
+__all__ = ["ARRIVED", "Arrivals", "Chunk"]
+
+# A fan-out chunk, and whether any of its messages has a key (False: the group queues it
+# as it is, reading no key; the topic knows it from its own room check).
+Chunk = tuple[list[Envelope], bool]
 
 
 class _Arrived:
@@ -53,7 +57,7 @@ class Arrivals:
     __slots__ = ("_chunks", "_due", "_tell")
 
     def __init__(self) -> None:
-        self._chunks: deque[list[Envelope]] = deque()
+        self._chunks: deque[Chunk] = deque()
         self._due = False
         self._tell: Callable[[Any], None] = _unbound
 
@@ -61,15 +65,18 @@ class Arrivals:
         """Tell ``ref`` (the group actor) when chunks arrive."""
         self._tell = ref.tell
 
-    def put(self, chunk: list[Envelope]) -> None:
-        """Queue ``chunk`` for the group; tell it `ARRIVED` unless it is due already."""
-        self._chunks.append(chunk)
+    def put(self, chunk: list[Envelope], keyed: bool = True) -> None:
+        """Queue ``chunk`` for the group; tell it `ARRIVED` unless it is due already.
+
+        ``keyed``: whether any of its messages has an ordering key (the chunk and its
+        flag travel as one item, so no take can separate them)."""
+        self._chunks.append((chunk, keyed))
         if not self._due:
             self._due = True
             self._tell(ARRIVED)
 
-    def take(self) -> list[list[Envelope]]:
-        """Every chunk waiting, oldest first (the group's side)."""
+    def take(self) -> list[Chunk]:
+        """Every chunk waiting and its ``keyed`` flag, oldest first (the group's side)."""
         self._due = False
         chunks, popleft = self._chunks, self._chunks.popleft
         return [popleft() for _ in range(len(chunks))]

@@ -32,7 +32,7 @@ def test_a_burst_of_chunks_tells_the_group_once_and_is_taken_in_order() -> None:
         arrivals.put(_chunk(start, start + 1))
 
     assert group.told == [ARRIVED]
-    assert [[e[0] for e in chunk] for chunk in arrivals.take()] == [[1, 2], [3, 4], [5, 6]]
+    assert [[e[0] for e in chunk] for chunk, _ in arrivals.take()] == [[1, 2], [3, 4], [5, 6]]
     assert arrivals.take() == []
 
 
@@ -46,8 +46,8 @@ def test_a_chunk_after_a_take_tells_the_group_again() -> None:
     arrivals.put(_chunk(2))
 
     assert group.told == [ARRIVED, ARRIVED]
-    assert [[e[0] for e in c] for c in first] == [[1]]
-    assert [[e[0] for e in c] for c in arrivals.take()] == [[2]]
+    assert [[e[0] for e in c] for c, _ in first] == [[1]]
+    assert [[e[0] for e in c] for c, _ in arrivals.take()] == [[2]]
 
 
 def test_a_chunk_put_while_the_group_takes_is_never_left_behind() -> None:
@@ -63,7 +63,7 @@ def test_a_chunk_put_while_the_group_takes_is_never_left_behind() -> None:
     taken = arrivals.take()
 
     assert group.told == [ARRIVED, ARRIVED]  # the second tell finds the queue empty: harmless
-    assert [[e[0] for e in c] for c in taken] == [[1], [2]]
+    assert [[e[0] for e in c] for c, _ in taken] == [[1], [2]]
 
 
 def test_an_unbound_arrivals_refuses_loudly() -> None:
@@ -109,10 +109,10 @@ def test_a_group_failing_on_one_chunk_dead_letters_it_and_the_chunks_taken_with_
     arrivals = group._arrivals
     accept = GroupActor._accept
 
-    def accept_but_chunk_two(self: GroupActor, envelopes: list[Any]) -> None:
+    def accept_but_chunk_two(self: GroupActor, envelopes: list[Any], *keyed: bool) -> None:
         if any(envelope[0] == 2 for envelope in envelopes):
             raise RuntimeError("books out of order")
-        accept(self, envelopes)
+        accept(self, envelopes, *keyed)
 
     monkeypatch.setattr(GroupActor, "_accept", accept_but_chunk_two)
     for number in (1, 2, 3):

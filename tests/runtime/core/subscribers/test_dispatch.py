@@ -292,3 +292,33 @@ def test_a_backlog_goes_to_the_member_further_through_its_work() -> None:
     assert [len(batch) for batch in quick.got] == [100, 100]
     assert [len(batch) for batch in unknown.got] == [100]
     assert quick.got[1] == list(range(200, 300))
+
+
+def test_chunks_without_keys_are_queued_unsorted_and_keep_their_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.core.subscribers import _group
+
+    calls: list[int] = []
+    sort = _group.sort_by_key
+    monkeypatch.setattr(_group, "sort_by_key",
+                        lambda envelopes, *rest: calls.append(len(envelopes)) or sort(envelopes, *rest))
+    first, second = _Recorder(1, window=64), _Recorder(2, window=64)
+    group, letters = _bare_group(first, second)
+
+    for start in (0, 10, 20):  # a burst of unkeyed chunks, flagged as the fan-out does
+        group._arrivals.put([_envelope(n, None) for n in range(start, start + 10)], False)
+    group.on_receive(ARRIVED)
+    unkeyed = [m for batch in first.got + second.got for m in batch]
+    # Then a burst that mixes them with keyed chunks: sorted as one, keys routed.
+    group._arrivals.put([_envelope(30, None)], False)
+    group._arrivals.put([_envelope(31, "k1"), _envelope(32, "k1")], True)
+    group.on_receive(ARRIVED)
+
+    assert calls == [3]
+    assert sorted(unkeyed, key=lambda m: int(m[1:])) == [f"m{n}" for n in range(30)]
+    for member in (first, second):  # each member got its share in publish order
+        mine = [int(m[1:]) for batch in member.got for m in batch]
+        assert mine == sorted(mine)
+    assert len([m for batch in first.got + second.got for m in batch]) == 33
+    assert not list(letters)
