@@ -9,7 +9,7 @@ from operator import itemgetter, ne
 
 from runtime.core._envelope import KEY, Envelope
 
-__all__ = ["keys_hash", "sort_by_key", "take_share"]
+__all__ = ["sort_by_key", "take_share"]
 
 _KEY_OF = itemgetter(KEY)
 # A chunk with fewer key changes than this share of its messages moves run by run.
@@ -47,15 +47,6 @@ def sort_by_key(
     else:
         for envelope, key in zip(envelopes, keys, strict=True):
             route[key].append(envelope)
-
-
-def keys_hash(envelopes: list[Envelope]) -> bool:
-    """True when every key of ``envelopes`` hashes (a chunk `sort_by_key` will not refuse)."""
-    try:
-        set(map(_KEY_OF, envelopes))
-    except Exception:
-        return False
-    return True
 
 
 def take_share(

@@ -317,8 +317,11 @@ def test_chunks_without_keys_are_queued_unsorted_and_keep_their_order(
 
     assert calls == [3]
     assert sorted(unkeyed, key=lambda m: int(m[1:])) == [f"m{n}" for n in range(30)]
-    for member in (first, second):  # each member got its share in publish order
-        mine = [int(m[1:]) for batch in member.got for m in batch]
+    for member in (first, second):  # each member got its unkeyed share in publish order
+        mine = [int(m[1:]) for batch in member.got for m in batch if m not in ("m31", "m32")]
         assert mine == sorted(mine)
+    keyed = [[m for batch in member.got for m in batch if m in ("m31", "m32")]
+             for member in (first, second)]
+    assert sorted(keyed) == [[], ["m31", "m32"]]  # one key: one member, in order
     assert len([m for batch in first.got + second.got for m in batch]) == 33
     assert not list(letters)
