@@ -41,7 +41,9 @@ class Gate:
     The capacity bounds what waits for a member with no room. Room the members have
     free is lent on top of it (`lend`, by the group after each dispatch): unkeyed
     messages may fill all of it, since any member takes them; a keyed chunk only what
-    the emptiest single member could take, since its messages may all go to that one.
+    the emptiest single member could take, since its messages may all go to that one
+    (for a worker process running two hand-overs: its next one, see the group's
+    `_keyed_room`).
     What the gate admits past the capacity is therefore handed on as soon as the group
     runs, and a stuck group (no room free) lends nothing: what a publisher can run ahead
     of it stays the capacity plus the members' prefetch. Without lending, the topic

@@ -1,5 +1,6 @@
 """Room the members have free: an unkeyed chunk may fill all of it, a keyed one only what
-any single member has, and a stuck group still lets through capacity plus prefetch."""
+any single member has (a busy worker: its next hand-over), and a stuck group still lets
+through capacity plus prefetch."""
 
 from __future__ import annotations
 
@@ -49,9 +50,25 @@ def test_a_dispatch_lends_what_is_left_and_a_credit_lends_more() -> None:
 
     full = first if len(first.sizes) == 2 else second
     assert sorted(first.sizes + second.sizes) == [22, 64, 64] and len(full.sizes) == 2
-    assert (group._gate.lent, group._gate.lent_keyed) == (64, 0)
+    # the full one has nothing free, but its keys may wait for its next hand-over (64)
+    assert (group._gate.lent, group._gate.lent_keyed) == (64, 64)
     group.on_receive(Credit(full.key, sum(full.sizes), 2))  # it answered both
     assert (group._gate.lent, group._gate.lent_keyed) == (64 + 128, 64)
+
+
+def test_a_busy_worker_s_keys_wait_for_its_next_hand_over_not_for_more() -> None:
+    worker, thread = _Worker(1, window=256, size=64), _Thread(2, window=32)
+    group = group_of(worker, thread)
+    publish_chunk(group, _chunk(64 + 64 + 32))  # the worker holds two, the thread 32
+
+    assert group._gate.lent == 0  # nobody has room
+    assert group._gate.lent_keyed == 0  # the thread member's keys: nothing may wait
+    small, large = _Worker(3, window=40, size=64), _Worker(4, size=64)
+    workers = group_of(small, large)
+    publish_chunk(workers, _chunk(40 + 128))
+    assert (sum(small.sizes), sum(large.sizes)) == (40, 128)  # both full
+    # a worker's keys may wait for its next hand-over, within its prefetch: min(64, 40)
+    assert (workers._gate.lent, workers._gate.lent_keyed) == (0, 40)
 
 
 def _stuck_handler(release: threading.Event, entered: threading.Event) -> Any:
