@@ -17,7 +17,8 @@ from typing import Any
 
 from actors import ActorSystem
 from runtime.core._future import MessageFuture
-from runtime.core._message import NO_ATTRIBUTES
+from runtime.core._message import NO_ATTRIBUTES, Message
+from runtime.errors import PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
@@ -28,10 +29,7 @@ from runtime.publisher._submit import DRAIN, SEND_NOW, Submitting
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     MAX_ORDERING_KEY_BYTES,
-    as_bytes,
     check_ordering,
-    checked_attributes,
-    checked_key,
     checked_topic,
     closed_error,
     merge,
@@ -154,34 +152,51 @@ class Publisher(Submitting):
                 ordering_key.__class__ is str and 0 < len(ordering_key) <= _SHORT_KEY
                 and ordering_key not in self._paused
             )
-        ):
-            # The common calls, bare bytes with or without a valid key: `_submit`, inlined
-            # (its calls cost ~10% of publish without limits), `Intake.new_future` too.
+        ):  # the common calls, bare bytes with or without a valid key: taken on sight
+            checked: dict[str, str] = NO_ATTRIBUTES
             size = len(data)
-            intake, gate = self._intake, self._gate
-            try:
-                future = intake.spares.pop()
-            except IndexError:
-                future = MessageFuture()
-            if gate.free:
-                intake.rows.extend((data, NO_ATTRIBUTES, ordering_key, future, size, False))
-                if not intake.armed:
-                    intake.armed = True
-                    self._tell(DRAIN)
-            else:
-                self._submit_limited((data, NO_ATTRIBUTES, ordering_key, future, size, True))
-            if intake.sealed:  # the actor stopped for good, maybe racing this call
-                reap(intake, gate, closed_error)
-            return future
-        if data.__class__ is not bytes:
-            data = as_bytes(data)
-        if attributes:
-            attributes, size = checked_attributes(attributes, len(data))
         else:
-            attributes, size = NO_ATTRIBUTES, len(data)
-        if ordering_key is not None:
-            ordering_key = checked_key(ordering_key)
-        return self._submit(data, attributes, ordering_key, size)
+            data, checked, ordering_key, size = self._checked(data, attributes, ordering_key)
+        # The enqueue, inlined (a call per publish cost ~10% of it without limits, and
+        # 60-80 ns per admission with them), and `Intake.new_future` too.
+        intake, gate = self._intake, self._gate
+        try:
+            future = intake.spares.pop()
+        except IndexError:
+            future = MessageFuture()
+        if gate.free:
+            intake.rows.extend((data, checked, ordering_key, future, size, False))
+            if not intake.armed:
+                intake.armed = True
+                self._tell(DRAIN)
+        else:  # limits: admission, the enqueue and the tell under the gate's one lock
+            row = (data, checked, ordering_key, future, size, True)
+            lock = gate.lock
+            lock.acquire()  # by hand, not with `with`: 0.45 -> 0.35 µs per admitted publish
+            try:
+                admitted = gate.admit_now(size)
+                if admitted:
+                    intake.rows.extend(row)
+                    if not intake.armed:
+                        intake.armed = True
+                        self._tell(DRAIN)
+            finally:
+                lock.release()
+            if not admitted:
+                self._wait_admitted(row)
+        if intake.sealed:  # the actor stopped for good, maybe racing this call
+            reap(intake, gate, closed_error)
+        return future
+
+    def publish_message(self, message: Message) -> Future[str]:
+        """Publish a prepared `Message` (its id and publish time are assigned anew).
+
+        Blocks and raises like `publish`.
+        """
+        if not isinstance(message, Message):
+            raise PublishError("publish_message takes a Message", 3)
+        # Checked and copied as any publish: the caller's attributes dict may change.
+        return self.publish(message.data, message.attributes, message.ordering_key)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every pending batch; wait until everything accepted before the call settled.

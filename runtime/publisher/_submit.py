@@ -1,20 +1,19 @@
-"""Publishing beyond `Publisher.publish`'s fast path: checks, flow-control waits, enqueue.
+"""Publishing beyond `Publisher.publish`'s fast path: checks and flow-control waits.
 
-`Publisher.publish` handles the common calls in one frame; every other call (attributes,
-a long or paused key, a ``bytearray``, a prepared `Message`) and every admission that
-must wait for flow-control capacity comes here.
+`Publisher.publish` enqueues every message itself, in one frame; the calls it does not
+take on sight (attributes, a long or paused key, a ``bytearray``) are checked here first,
+and every admission that must wait for flow-control capacity waits here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from runtime.core._message import Message
+from runtime.core._message import NO_ATTRIBUTES
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._flow_control import FlowGate
-from runtime.publisher._intake import Intake, Row, reap
+from runtime.publisher._intake import Intake, Row
 from runtime.publisher._messages import Drain, SendNow
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
@@ -39,64 +38,35 @@ class Submitting:
     _tell: Callable[[Any], None]
     _send_now: Callable[[], None]
 
-    def publish_message(self, message: Message) -> Future[str]:
-        """Publish a prepared `Message` (its id and publish time are assigned anew).
+    def _checked(
+        self, data: bytes | bytearray | memoryview, attributes: Mapping[str, str] | None,
+        key: str | None,
+    ) -> tuple[bytes, dict[str, str], str | None, int]:
+        """The calls `publish` does not take on sight: bytes, attributes and key checked
+        (attributes copied), and the size.
 
-        Blocks and raises like `publish`.
+        Raises:
+            PublishError: code 3 for invalid data, attributes, key or size.
+            OrderingKeyPausedError: the key is paused.
         """
-        if not isinstance(message, Message):
-            raise PublishError("publish_message takes a Message", 3)
-        data = as_bytes(message.data)
-        attributes, size = checked_attributes(message.attributes, len(data))
-        key = message.ordering_key
-        key = None if key is None else checked_key(key)
-        # A fresh Message: the caller's attributes dict may change after the call.
-        return self._submit(data, attributes, key, size)
-
-    def _submit(self, data: bytes, attributes: dict[str, str], key: str | None,
-                size: int) -> Future[str]:
+        data = as_bytes(data)
+        if attributes:
+            checked, size = checked_attributes(attributes, len(data))
+        else:
+            checked, size = NO_ATTRIBUTES, len(data)
+        if key is not None:
+            key = checked_key(key)
         if size > MAX_MESSAGE_SIZE:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
         if key is not None and key in self._paused:
             raise OrderingKeyPausedError(key)
-        intake = self._intake
-        future = intake.new_future()
-        if self._gate.free:
-            # No limits: nothing to admit, so no lock; the actor counts the message when
-            # it takes it. `Intake.add` inlined: a call here cost ~2% of publish throughput.
-            intake.rows.extend((data, attributes, key, future, size, False))
-            if not intake.armed:
-                intake.armed = True
-                self._tell(DRAIN)
-        else:
-            self._submit_limited((data, attributes, key, future, size, True))
-        if intake.sealed:  # the actor stopped for good, maybe racing this call
-            reap(intake, self._gate, closed_error)  # fails what it did not take
-        return future
-
-    def _submit_limited(self, row: Row) -> None:
-        """Admit under flow control (may block), then enqueue. One lock covers admission
-        and the tell: once close() has closed the gate, nothing more reaches the
-        actor's mailbox behind its final flush. The lock is taken by hand, not with
-        `with`, and `Intake.add` is inlined: per admitted publish in one thread, 0.45 ->
-        0.35 µs."""
-        gate, intake = self._gate, self._intake
-        lock = gate.lock
-        lock.acquire()
-        try:
-            admitted = gate.admit_now(row[4])
-            if admitted:
-                intake.rows.extend(row)
-                if not intake.armed:
-                    intake.armed = True
-                    self._tell(DRAIN)
-        finally:
-            lock.release()
-        if not admitted:
-            self._wait_admitted(row)
+        return data, checked, key, size
 
     def _wait_admitted(self, row: Row) -> None:
-        """`_submit_limited` once admitting at once failed: acquire (may block), enqueue."""
+        """`Publisher.publish` once admitting at once failed: acquire (may block), enqueue.
+
+        Once close() has closed the gate, nothing more reaches the actor's mailbox behind
+        its final flush: the enqueue and the tell happen under the gate's lock."""
         gate = self._gate
         waited = gate.acquire(row[4], on_block=self._send_now)
         with gate.lock:
