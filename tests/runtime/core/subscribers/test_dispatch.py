@@ -221,9 +221,8 @@ def test_a_burst_of_keyed_chunks_reaches_each_key_s_member_in_publish_order() ->
     assert not list(letters)
 
 
-def test_chunks_that_arrive_together_are_sorted_in_one_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _sorting_group(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], _Recorder, _Recorder, Any]:
+    """A bare group of two recorders, and the size of each chunk it sorts by key."""
     from runtime.core.subscribers import _group
 
     calls: list[int] = []
@@ -231,7 +230,13 @@ def test_chunks_that_arrive_together_are_sorted_in_one_call(
     monkeypatch.setattr(_group, "sort_by_key",
                         lambda envelopes, *rest: calls.append(len(envelopes)) or sort(envelopes, *rest))
     first, second = _Recorder(1, window=64), _Recorder(2, window=64)
-    group, _ = _bare_group(first, second)
+    return calls, first, second, _bare_group(first, second)
+
+
+def test_chunks_that_arrive_together_are_sorted_in_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls, first, second, (group, _) = _sorting_group(monkeypatch)
 
     _take_burst(group, [[_envelope(n, f"k{n % 3}")] for n in range(30)])
     _take_burst(group, [[_envelope(30, "k0")]])
@@ -297,14 +302,7 @@ def test_a_backlog_goes_to_the_member_further_through_its_work() -> None:
 def test_chunks_without_keys_are_queued_unsorted_and_keep_their_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runtime.core.subscribers import _group
-
-    calls: list[int] = []
-    sort = _group.sort_by_key
-    monkeypatch.setattr(_group, "sort_by_key",
-                        lambda envelopes, *rest: calls.append(len(envelopes)) or sort(envelopes, *rest))
-    first, second = _Recorder(1, window=64), _Recorder(2, window=64)
-    group, letters = _bare_group(first, second)
+    calls, first, second, (group, letters) = _sorting_group(monkeypatch)
 
     for start in (0, 10, 20):  # a burst of unkeyed chunks, flagged as the fan-out does
         group._arrivals.put([_envelope(n, None) for n in range(start, start + 10)], False)
