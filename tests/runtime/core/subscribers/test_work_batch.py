@@ -164,6 +164,34 @@ def test_worker_answers_settlements_when_one_was_not_acked() -> None:
     assert exception == "ValueError" and "raise ValueError" in text and len(reply[0]) == 4
 
 
+@pytest.mark.parametrize("count", [2, 3])  # the slow handler last, or one after it
+def test_a_lease_that_runs_out_during_a_handler_acks_nothing_more_and_runs_nothing_more(
+    monkeypatch: pytest.MonkeyPatch, count: int,
+) -> None:
+    from runtime.core.subscribers import _member, _work_batch
+
+    now = [100.0]
+    monkeypatch.setattr(_member, "_monotonic", lambda: now[0])
+    monkeypatch.setattr(_work_batch, "_monotonic", lambda: now[0])
+    seen: list[str] = []
+
+    def handler(delivery: Delivery[Any]) -> None:
+        seen.append(delivery.message_id)
+        if delivery.message_id == "2":
+            now[0] += 60.0  # the second handler outlives the lease
+
+    _, sent = handed_over(*(PLAIN, PUBLISHED, PLAIN)[:count])
+    batch = WorkBatch.of(5, "g", "orders", sent, ack_timeout=30.0)
+    handover = HandOver(None, 5, "g")
+    received = batch.deliveries(handover, now[0] + 27.0)
+    _member.run_handler(handler, True, handover, received, log=False)
+
+    assert seen == ["1", "2"]  # a third never ran
+    assert [d.state for d in received] == [ACKED, NACKED, NACKED][:count]
+    assert [d.timed_out for d in received] == [False, True, True][:count]
+    assert not handover.pending
+
+
 def test_a_count_settles_only_what_the_parent_still_holds() -> None:
     handover, deliveries = handed_over(PLAIN, PUBLISHED, PLAIN)
     assert deliveries[1]._expire("timeout")  # its deadline won before the answer came
