@@ -30,8 +30,10 @@ __all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerAc
 WORKER_COLLECT_AFTER = 10_000
 
 _monotonic = time.monotonic
-# The envelope fields a worker needs: number, id, payload, key, attributes, publish time.
-_COLUMNS = tuple(map(itemgetter, (SEQ, MESSAGE_ID, PAYLOAD, KEY, ATTRIBUTES, STAMP_TIME)))
+# The envelope fields a worker needs: number, payload, key, attributes, publish time (and
+# ids, only where a message has its own: `_own_ids`).
+_COLUMNS = tuple(map(itemgetter, (SEQ, PAYLOAD, KEY, ATTRIBUTES, STAMP_TIME)))
+_ID = itemgetter(MESSAGE_ID)
 
 # (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
 # handler's adds its cause, (exception type, traceback text).
@@ -89,13 +91,13 @@ class WorkBatch:
         iterator per envelope, tracked by the garbage collector (with hand-overs of ~600,
         1,155-1,178 young collections per 500,000 messages in the parent, now 818).
         """
-        seqs, ids, payloads, keys, attributes, stamps = (
+        seqs, payloads, keys, attributes, stamps = (
             list(map(getter, envelopes)) for getter in _COLUMNS)
         size = len(envelopes)
         first_stamp = stamps[0]
+        numbers = _compact(seqs)
         return cls(
-            subscriber_id, group, topic, _compact(seqs),
-            None if ids.count(None) == size else ids, payloads,
+            subscriber_id, group, topic, numbers, _own_ids(envelopes, numbers), payloads,
             None if keys.count(None) == size else keys,
             None if not any(attributes) else attributes,
             first_stamp if stamps.count(first_stamp) == size else stamps,
@@ -128,6 +130,16 @@ class WorkBatch:
         handover.pending = dict(enumerate(out)) if deadline is None else _Lease(
             enumerate(out), deadline)
         return out
+
+
+def _own_ids(envelopes: list[Envelope], numbers: Sequence[int]) -> list[str | None] | None:
+    """The ids column: None when no message has an id of its own, as when the numbers
+    are a run of positive ones (only a replayed dead letter holds its own id, and it has
+    a negative number: one column fewer to read for most hand-overs)."""
+    if isinstance(numbers, range) and numbers.start > 0:
+        return None
+    ids = list(map(_ID, envelopes))
+    return None if ids.count(None) == len(ids) else ids
 
 
 def _compact(seqs: list[int]) -> Sequence[int]:
