@@ -12,6 +12,7 @@ from runtime.core._envelope import KEY, Envelope
 from runtime.core._outcome import Outcome
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._arrivals import KeyMark
 from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import TopicClosedError
@@ -39,8 +40,9 @@ class FanOut:
     ) -> tuple[dict[str, str], int]:
         """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
         groups = self._groups()
+        keys = list(map(_key_of, envelopes))
         # A keyed message can go to one member only (stricter room; the group routes it).
-        keyed = list(map(_key_of, envelopes)).count(None) != len(envelopes)
+        keyed = keys.count(None) != len(keys)
         admitted = self._take_room(groups, envelopes, keyed, slotted, deadline)
         for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
             if not self._ring.would_lag(len(envelopes)):
@@ -63,7 +65,7 @@ class FanOut:
         for wake in wakes:
             wake()
         settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged]
-        balanced = self._enqueue(groups, admitted, envelopes, keyed, settled)
+        balanced = self._enqueue(groups, admitted, envelopes, _mark(keys, keyed), settled)
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
@@ -106,19 +108,28 @@ class FanOut:
 
     def _enqueue(
         self, groups: list[GroupHandle], admitted: list[int], envelopes: list[Envelope],
-        keyed: bool, settled: list[Delivery[Any]],
+        mark: KeyMark, settled: list[Delivery[Any]],
     ) -> dict[str, str]:
         balanced = {}
         for group, taken in zip(groups, admitted, strict=True):
             if taken == len(envelopes):
-                group.arrivals.put(envelopes, keyed)
+                group.arrivals.put(envelopes, mark)
                 balanced[group.name] = "enqueued"
                 continue
             if taken > 0:
-                group.arrivals.put(envelopes[:taken], keyed)
+                group.arrivals.put(envelopes[:taken], mark)
             reason = "dropped" if taken >= 0 else "unsubscribed"
             settled.extend(
                 Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]
             )
             balanced[group.name] = "dropped"
         return balanced
+
+
+def _mark(keys: list[str | None], keyed: bool) -> KeyMark:
+    """A chunk's keys for its group: False (none), the one key all of its messages share
+    (an ordered Publisher's batch), or True (several)."""
+    if not keyed:
+        return False
+    first = keys[0]
+    return first if first is not None and keys.count(first) == len(keys) else True

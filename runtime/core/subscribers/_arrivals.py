@@ -18,11 +18,13 @@ from runtime.core._envelope import Envelope
 if TYPE_CHECKING:
     from actors import Ref
 
-__all__ = ["ARRIVED", "Arrivals", "Chunk"]
+__all__ = ["ARRIVED", "Arrivals", "Chunk", "KeyMark"]
 
-# A fan-out chunk, and whether any of its messages has a key (False: the group queues it
-# as it is, reading no key; the topic knows it from its own room check).
-Chunk = tuple[list[Envelope], bool]
+# What the topic knows of a chunk's keys (from its own room check): False, none (the group
+# queues it as it is, reading no key); a str, the one key all of its messages share (the
+# group routes it whole); True, several (the group sorts it by key).
+KeyMark = bool | str
+Chunk = tuple[list[Envelope], KeyMark]
 
 
 class _Arrived:
@@ -65,18 +67,18 @@ class Arrivals:
         """Tell ``ref`` (the group actor) when chunks arrive."""
         self._tell = ref.tell
 
-    def put(self, chunk: list[Envelope], keyed: bool = True) -> None:
+    def put(self, chunk: list[Envelope], keys: KeyMark = True) -> None:
         """Queue ``chunk`` for the group; tell it `ARRIVED` unless it is due already.
 
-        ``keyed``: whether any of its messages has an ordering key (the chunk and its
-        flag travel as one item, so no take can separate them)."""
-        self._chunks.append((chunk, keyed))
+        ``keys``: what its messages' keys are (`KeyMark`; the chunk and its mark travel
+        as one item, so no take can separate them)."""
+        self._chunks.append((chunk, keys))
         if not self._due:
             self._due = True
             self._tell(ARRIVED)
 
     def take(self) -> list[Chunk]:
-        """Every chunk waiting and its ``keyed`` flag, oldest first (the group's side)."""
+        """Every chunk waiting and its `KeyMark`, oldest first (the group's side)."""
         self._due = False
         chunks, popleft = self._chunks, self._chunks.popleft
         return [popleft() for _ in range(len(chunks))]

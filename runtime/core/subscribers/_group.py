@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from itertools import chain
-from operator import itemgetter
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core._envelope import KEY, Envelope
+from runtime.core._envelope import Envelope
 from runtime.core.settlement._claims import claim_all
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tranche import hand_over
-from runtime.core.subscribers._arrivals import ARRIVED, Arrivals, Chunk
+from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
+from runtime.core.subscribers._backlog import Backlog
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
-from runtime.core.subscribers._key_routing import sort_by_key, take_share
+from runtime.core.subscribers._key_routing import take_share
 
 __all__ = ["GroupActor"]
 
@@ -25,7 +24,6 @@ logger = logging.getLogger(__name__)
 
 # Mailbox messages a group handles at most before it dispatches, even while more wait.
 _MAX_DEFERRED = 16
-_KEYED = itemgetter(1)  # of an arrived `Chunk`
 
 
 def _keyed_room(member: Endpoint, free: int) -> int:
@@ -39,7 +37,7 @@ def _keyed_room(member: Endpoint, free: int) -> int:
     return max(free, min(member.cap(), member.window))
 
 
-class GroupActor(Actor):
+class GroupActor(Backlog, Actor):
     """Holds a group's queued messages and hands them to members with credit.
 
     Unkeyed messages wait in one FIFO and go to the members with the least work left
@@ -141,67 +139,6 @@ class GroupActor(Actor):
             left = min(left, (limit - self._inflight[member.key]) * member.cap())
         return max(left, 0)
 
-    def _accept_arrivals(self, arrived: list[Chunk]) -> None:
-        """Queue the chunks that arrived, in order.
-
-        Chunks without keys go to the FIFO as they are: no key is read. Several with
-        keys (a burst of one-at-a-time publishes is many one-message chunks) are sorted
-        as one: per 2,000 such publishes into ``workers=2``, the group's CPU fell from
-        5.8-6.2 to 4.2-4.6 ms. Unless a key does not hash (`sort_by_key` hashes every
-        key before it moves anything): then chunk by chunk, so only that key's own
-        chunk is refused (with fewer than two members nothing is hashed or checked).
-        """
-        chunks = [chunk for chunk, _ in arrived]
-        keyed = True in map(_KEYED, arrived)
-        if keyed and len(chunks) > 1 and self._sorted(list(chain.from_iterable(chunks))):
-            return
-        for index, chunk in enumerate(chunks):
-            try:
-                self._accept(chunk, keyed)
-            except Exception:  # what it took and did not queue is nowhere else
-                held = {id(e) for e in self._queue}
-                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
-                self._stranded = [e for e in chunk if id(e) not in held]
-                self._stranded.extend(e for later in chunks[index + 1:] for e in later)
-                raise
-
-    def _sorted(self, merged: list[Envelope]) -> bool:
-        """Sort a merged burst of keyed chunks in; False (nothing moved) when a key does
-        not hash, or when the group takes chunks another way (ended, one member). Checking
-        that every key hashes first read every key twice: 5% of the group thread's
-        samples with 16 keys (py-spy)."""
-        members = self._members
-        if self._ended is not None or len(members) < 2:
-            return False
-        try:
-            sort_by_key(merged, [m.key for m in members], self._queue, self._buckets)
-        except Exception:
-            return False
-        return True
-
-    def _accept(self, envelopes: list[Envelope], keyed: bool = True) -> None:
-        if self._ended is not None:
-            self._settle([(e, 1) for e in envelopes], *self._ended)
-            return
-        members = self._members
-        # Unkeyed messages may go to any member; for one member, one FIFO keeps key order.
-        if not keyed or len(members) < 2 or not envelopes:
-            self._queue.extend(envelopes)
-            return
-        try:  # every key hashed before anything moves: a bad chunk is refused whole
-            sort_by_key(envelopes, [m.key for m in members], self._queue, self._buckets)
-        except Exception as exc:  # a key that slipped past the boundary's check
-            logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
-            # "dropped", not "error": a retry would meet the same key (and loop).
-            self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
-            return
-
-    def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
-        if self._ended is not None:
-            self._settle(list(items), *self._ended)
-        else:
-            self._retries.extend(items)
-
     def _join(self, endpoint: Endpoint) -> None:
         self._members.append(endpoint)
         self._unsettled[endpoint.key] = 0
@@ -213,18 +150,6 @@ class GroupActor(Actor):
         self._unsettled.pop(key, None)
         self._inflight.pop(key, None)
         self._rebucket()
-
-    def _rebucket(self) -> None:
-        """Re-route keyed messages after a membership change (per-key order kept)."""
-        keyed = [e for e in self._queue if e[KEY] is not None]
-        for bucket in self._buckets.values():
-            keyed.extend(bucket)
-        self._queue = deque(e for e in self._queue if e[KEY] is None)
-        self._buckets = {m.key: deque() for m in self._members}
-        if len(self._members) > 1:
-            self._accept(keyed)
-        else:
-            self._queue.extend(keyed)
 
     def _end(self, reason: str, error: str | None = None) -> None:
         items: list[tuple[Envelope, int]] = list(self._retries)

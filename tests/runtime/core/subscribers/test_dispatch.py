@@ -223,11 +223,11 @@ def test_a_burst_of_keyed_chunks_reaches_each_key_s_member_in_publish_order() ->
 
 def _sorting_group(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], _Recorder, _Recorder, Any]:
     """A bare group of two recorders, and the size of each chunk it sorts by key."""
-    from runtime.core.subscribers import _group
+    from runtime.core.subscribers import _backlog
 
     calls: list[int] = []
-    sort = _group.sort_by_key
-    monkeypatch.setattr(_group, "sort_by_key",
+    sort = _backlog.sort_by_key
+    monkeypatch.setattr(_backlog, "sort_by_key",
                         lambda envelopes, *rest: calls.append(len(envelopes)) or sort(envelopes, *rest))
     first, second = _Recorder(1, window=64), _Recorder(2, window=64)
     return calls, first, second, _bare_group(first, second)
@@ -323,3 +323,24 @@ def test_chunks_without_keys_are_queued_unsorted_and_keep_their_order(
     assert sorted(keyed) == [[], ["m31", "m32"]]  # one key: one member, in order
     assert len([m for batch in first.got + second.got for m in batch]) == 33
     assert not list(letters)
+
+
+def test_chunks_of_one_key_each_go_whole_to_their_key_s_member_unsorted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls, first, second, (group, letters) = _sorting_group(monkeypatch)
+    keys = ["k0", "k1", "k2", "k3"]
+    for start in range(0, 40, 10):  # an ordered Publisher's batches: one key each
+        key = keys[start // 10 % 4]
+        group._arrivals.put([_envelope(n, key) for n in range(start, start + 10)], key)
+    group._arrivals.put([_envelope(40, None)], False)
+    group.on_receive(ARRIVED)
+
+    assert calls == []  # no key was read
+    for member in (first, second):
+        mine = [int(m[1:]) for batch in member.got for m in batch]
+        for key in keys:  # a key lives on one member, in publish order
+            own = [n for n in mine if n < 40 and keys[n // 10] == key]
+            assert own in ([], list(range(keys.index(key) * 10, keys.index(key) * 10 + 10)))
+    everything = sorted(int(m[1:]) for b in first.got + second.got for m in b)
+    assert everything == list(range(41)) and not list(letters)

@@ -1,0 +1,128 @@
+"""A balanced group's queue side: chunks arriving from the topic, sorted in by key."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from itertools import chain
+from operator import itemgetter
+
+from runtime.core._envelope import KEY, Envelope
+from runtime.core.subscribers._arrivals import Chunk, KeyMark
+from runtime.core.subscribers._group_mail import Endpoint
+from runtime.core.subscribers._key_routing import sort_by_key
+
+__all__ = ["Backlog"]
+
+logger = logging.getLogger(__name__)
+
+_MARK = itemgetter(1)  # of an arrived `Chunk`
+
+
+class Backlog:
+    """The queue half of `GroupActor` (a mixin over its FIFO, buckets and members):
+    unkeyed messages wait in one FIFO, keyed ones in a FIFO per member chosen by key
+    hash, redeliveries in their own."""
+
+    _name: str
+    _queue: deque[Envelope]
+    _retries: deque[tuple[Envelope, int]]
+    _buckets: dict[int, deque[Envelope]]
+    _members: list[Endpoint]
+    _ended: tuple[str, str | None] | None
+    _stranded: list[Envelope]
+    _settle: Callable[..., None]
+
+    def _accept_arrivals(self, arrived: list[Chunk]) -> None:
+        """Queue the chunks that arrived, in order.
+
+        The topic marks each chunk (`KeyMark`): one without keys goes to the FIFO as it
+        is, one of a single key (an ordered Publisher's batch) to that key's member as
+        it is; no key is read. Several chunks of mixed keys (a burst of one-at-a-time
+        publishes is many one-message chunks) are sorted as one: per 2,000 such publishes
+        into ``workers=2``, the group's CPU fell from 5.8-6.2 to 4.2-4.6 ms. Unless a key
+        does not hash (`sort_by_key` hashes every key before it moves anything): then
+        chunk by chunk, so only that key's own chunk is refused (with fewer than two
+        members nothing is hashed or checked).
+        """
+        chunks = [chunk for chunk, _ in arrived]
+        marks = list(map(_MARK, arrived))
+        keyed = marks.count(False) != len(marks)
+        if keyed and True not in marks and self._routed(chunks, marks):
+            return
+        if keyed and len(chunks) > 1 and self._sorted(list(chain.from_iterable(chunks))):
+            return
+        for index, chunk in enumerate(chunks):
+            try:
+                self._accept(chunk, keyed)
+            except Exception:  # what it took and did not queue is nowhere else
+                held = {id(e) for e in self._queue}
+                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
+                self._stranded = [e for e in chunk if id(e) not in held]
+                self._stranded.extend(e for later in chunks[index + 1:] for e in later)
+                raise
+
+    def _routed(self, chunks: list[list[Envelope]], marks: list[KeyMark]) -> bool:
+        """Queue chunks of no key or of one key each whole, as `sort_by_key` would
+        route their messages; False (nothing moved) when the group takes chunks another
+        way (ended, one member). With 16 keys, sorting read every key of every chunk."""
+        members = [m.key for m in self._members]
+        if self._ended is not None or len(members) < 2:
+            return False
+        queue, buckets, count = self._queue, self._buckets, len(members)
+        for chunk, mark in zip(chunks, marks, strict=True):
+            if mark is False:
+                queue.extend(chunk)
+            else:  # a str: hashing it cannot fail
+                buckets[members[hash(mark) % count]].extend(chunk)
+        return True
+
+    def _sorted(self, merged: list[Envelope]) -> bool:
+        """Sort a merged burst of keyed chunks in; False (nothing moved) when a key does
+        not hash, or when the group takes chunks another way (ended, one member). Checking
+        that every key hashes first read every key twice: 5% of the group thread's
+        samples with 16 keys (py-spy)."""
+        members = self._members
+        if self._ended is not None or len(members) < 2:
+            return False
+        try:
+            sort_by_key(merged, [m.key for m in members], self._queue, self._buckets)
+        except Exception:
+            return False
+        return True
+
+    def _accept(self, envelopes: list[Envelope], keyed: bool = True) -> None:
+        if self._ended is not None:
+            self._settle([(e, 1) for e in envelopes], *self._ended)
+            return
+        members = self._members
+        # Unkeyed messages may go to any member; for one member, one FIFO keeps key order.
+        if not keyed or len(members) < 2 or not envelopes:
+            self._queue.extend(envelopes)
+            return
+        try:  # every key hashed before anything moves: a bad chunk is refused whole
+            sort_by_key(envelopes, [m.key for m in members], self._queue, self._buckets)
+        except Exception as exc:  # a key that slipped past the boundary's check
+            logger.error("group %r refused %d messages: %r", self._name, len(envelopes), exc)
+            # "dropped", not "error": a retry would meet the same key (and loop).
+            self._settle([(e, 1) for e in envelopes], "dropped", f"unhashable key: {exc}")
+            return
+
+    def _requeue(self, items: tuple[tuple[Envelope, int], ...]) -> None:
+        if self._ended is not None:
+            self._settle(list(items), *self._ended)
+        else:
+            self._retries.extend(items)
+
+    def _rebucket(self) -> None:
+        """Re-route keyed messages after a membership change (per-key order kept)."""
+        keyed = [e for e in self._queue if e[KEY] is not None]
+        for bucket in self._buckets.values():
+            keyed.extend(bucket)
+        self._queue = deque(e for e in self._queue if e[KEY] is None)
+        self._buckets = {m.key: deque() for m in self._members}
+        if len(self._members) > 1:
+            self._accept(keyed)
+        else:
+            self._queue.extend(keyed)
