@@ -61,13 +61,6 @@ class Intake:
         # `publish` to reuse: a publisher pops one, the actor adds them (`spare_room`).
         self.spares: list[MessageFuture[str]] = []
 
-    def new_future(self) -> MessageFuture[str]:
-        """A spare future, or a new one."""
-        try:
-            return self.spares.pop()
-        except IndexError:
-            return MessageFuture()
-
     def add(self, row: Row) -> bool:
         """Append one message; True when the caller must tell the actor to drain."""
         self.rows.extend(row)
