@@ -49,10 +49,12 @@ class Backlog:
         chunks = [chunk for chunk, _ in arrived]
         marks = list(map(_MARK, arrived))
         keyed = marks.count(False) != len(marks)
-        if keyed and True not in marks and self._routed(chunks, marks):
-            return
-        if keyed and len(chunks) > 1 and self._sorted(list(chain.from_iterable(chunks))):
-            return
+        if keyed and self._ended is None and len(self._members) > 1:  # keys to route
+            if True not in marks:
+                self._route(chunks, marks)
+                return
+            if len(chunks) > 1 and self._sorted(list(chain.from_iterable(chunks))):
+                return
         for index, chunk in enumerate(chunks):
             try:
                 self._accept(chunk, keyed)
@@ -63,31 +65,23 @@ class Backlog:
                 self._stranded.extend(e for later in chunks[index + 1:] for e in later)
                 raise
 
-    def _routed(self, chunks: list[list[Envelope]], marks: list[KeyMark]) -> bool:
+    def _route(self, chunks: list[list[Envelope]], marks: list[KeyMark]) -> None:
         """Queue chunks of no key or of one key each whole, as `sort_by_key` would
-        route their messages; False (nothing moved) when the group takes chunks another
-        way (ended, one member). With 16 keys, sorting read every key of every chunk."""
+        route their messages. With 16 keys, sorting read every key of every chunk."""
         members = [m.key for m in self._members]
-        if self._ended is not None or len(members) < 2:
-            return False
         queue, buckets, count = self._queue, self._buckets, len(members)
         for chunk, mark in zip(chunks, marks, strict=True):
             if mark is False:
                 queue.extend(chunk)
             else:  # a str: hashing it cannot fail
                 buckets[members[hash(mark) % count]].extend(chunk)
-        return True
 
     def _sorted(self, merged: list[Envelope]) -> bool:
         """Sort a merged burst of keyed chunks in; False (nothing moved) when a key does
-        not hash, or when the group takes chunks another way (ended, one member). Checking
-        that every key hashes first read every key twice: 5% of the group thread's
-        samples with 16 keys (py-spy)."""
-        members = self._members
-        if self._ended is not None or len(members) < 2:
-            return False
+        not hash. Checking that every key hashes first read every key twice: 5% of the
+        group thread's samples with 16 keys (py-spy)."""
         try:
-            sort_by_key(merged, [m.key for m in members], self._queue, self._buckets)
+            sort_by_key(merged, [m.key for m in self._members], self._queue, self._buckets)
         except Exception:
             return False
         return True

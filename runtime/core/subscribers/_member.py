@@ -87,7 +87,7 @@ def _run_each(
             now = _monotonic()  # for this ack, and for the next delivery's check
             if now >= expires:
                 pending.pop(index, None)  # expires it and every one still pending
-                continue
+                return
         # `Delivery._ack_if_pending`, inlined (this thread owns the buffer): the
         # per-message path of every member and worker.
         if ack and _pop(pending, index, None) is not None:
