@@ -44,9 +44,10 @@ class Gate:
     the emptiest single member could take, since its messages may all go to that one
     (for a worker process running two hand-overs: its next one, see the group's
     `_keyed_room`).
-    What the gate admits past the capacity is therefore handed on as soon as the group
-    runs, and a stuck group (no room free) lends nothing: what a publisher can run ahead
-    of it stays the capacity plus the members' prefetch. Without lending, the topic
+    Unkeyed messages the gate admits past the capacity are therefore handed on as soon
+    as the group runs, and a stuck group (no room free) lends nothing but a stuck
+    worker's next hand-over, to keyed messages: what a publisher can run ahead of it
+    stays the capacity plus the members' prefetch (plus that one hand-over). Without lending, the topic
     thread waited for the group thread at every chunk while the workers sat idle
     (``pipeline_pool``: 40% of the time with nothing in flight, and hand-overs of at
     most two default batches).
