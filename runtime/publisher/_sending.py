@@ -38,6 +38,10 @@ class Sending:
     _outbox: list[Batch]
     _held: deque[Batch]
     _unkeyed_in_flight: int
+    # The actor's own: settle a batch (ids, error), relieve flow control, pause a key.
+    _settle: Callable[[Batch, Sequence[str] | None, BaseException | None], None]
+    _relieve: Callable[[], None]
+    _pause: Callable[[str], None]
 
     def _init_sending(self, topic: BatchTopic) -> None:
         """The sending state, empty (from the actor's ``__init__``)."""
@@ -49,17 +53,6 @@ class Sending:
         self._outbox = []  # ready: sent when the current mail is handled
         self._held = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
-
-    def _settle(
-        self, batch: Batch, ids: Sequence[str] | None, error: BaseException | None,
-    ) -> None:
-        raise NotImplementedError
-
-    def _relieve(self) -> None:
-        raise NotImplementedError
-
-    def _pause(self, key: str) -> None:
-        raise NotImplementedError
 
     def _send(self, batch: Batch) -> None:
         """Count ``batch`` as in flight; it leaves with the others made ready by the
