@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._staged_rows import Stamped
+from runtime.core._envelope import join_envelopes
 from runtime.core._message import Message
 from runtime.errors import TopicClosedError, WouldBlock
 
@@ -69,7 +70,8 @@ class PublishWaiting:
     def _publish_rows(self, topic: Any, staged: list[Stamped]) -> None:
         for message, error in (pair for part in staged for pair in part.rejected):
             dead_letter(topic, message, error)
-        envelopes = [envelope for part in staged for envelope in part.envelopes]
+        parts = [part.envelopes for part in staged if part.envelopes]
+        envelopes = join_envelopes(parts) if parts else []
         self._wait_published(topic, len(envelopes), [
             topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
             for i in range(0, len(envelopes), _PUBLISH_CHUNK)])

@@ -34,7 +34,7 @@ class Stamped(NamedTuple):
     """A staged part as its topic accepted it (``Topic._stamp_parts``: ids and publish
     time given when staged), and the rows to dead-letter, each with its error text."""
 
-    envelopes: list[Any]
+    envelopes: Sequence[Any]
     rejected: list[tuple[Message, str]]
 
 

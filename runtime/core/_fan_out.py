@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from operator import itemgetter
 from typing import Any
 
-from runtime.core._envelope import KEY, Envelope
+from runtime.core._envelope import Envelope, keys_of
 from runtime.core._outcome import Outcome
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -18,8 +17,6 @@ from runtime.core.subscribers._ring import Ring
 from runtime.errors import TopicClosedError
 
 __all__ = ["FanOut"]
-
-_key_of = itemgetter(KEY)
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
@@ -35,12 +32,12 @@ class FanOut:
     _block: bool
 
     def fan_out(
-        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None,
+        self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None,
         slotted: bool, deadline: float | None,
     ) -> tuple[dict[str, str], int]:
         """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
         groups = self._groups()
-        keys = list(map(_key_of, envelopes))
+        keys = keys_of(envelopes)
         # A keyed message can go to one member only (stricter room; the group routes it).
         keyed = keys.count(None) != len(keys)
         admitted = self._take_room(groups, envelopes, keyed, slotted, deadline)
@@ -83,7 +80,7 @@ class FanOut:
             raise
 
     def _take_room(
-        self, groups: list[GroupHandle], envelopes: list[Envelope], keyed: bool, slotted: bool,
+        self, groups: list[GroupHandle], envelopes: Sequence[Envelope], keyed: bool, slotted: bool,
         deadline: float | None,
     ) -> list[int]:
         """Room per group: ``count``, fewer (drop_newest), or -1 (the group is gone)."""
@@ -107,7 +104,7 @@ class FanOut:
         return admitted
 
     def _enqueue(
-        self, groups: list[GroupHandle], admitted: list[int], envelopes: list[Envelope],
+        self, groups: list[GroupHandle], admitted: list[int], envelopes: Sequence[Envelope],
         mark: KeyMark, settled: list[Delivery[Any]],
     ) -> dict[str, str]:
         balanced = {}

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from itertools import repeat
 from typing import Any
 
-from runtime.core._envelope import SEQ, Envelope, MessageIds, message_id
+from runtime.core._envelope import Block, Envelope, MessageIds, message_id, seqs_of
 from runtime.core._fan_out import FanOut
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
@@ -74,7 +73,8 @@ class PublishPath(FanOut):
         self._ring = ring
         self._groups = groups
         self._sleep = sleep
-        self._seqs = itertools.count(1)
+        self._next_seq = 1  # the next message's number; taken under the lock
+        self._seq_lock = threading.Lock()
         self._block = settings.balanced_on_full == "block"
         # The most messages fanned out at once: a chunk fits a group's queue and the ring.
         self.chunk = min(settings.balanced_capacity, settings.broadcast_capacity)
@@ -120,28 +120,29 @@ class PublishPath(FanOut):
 
     def envelope(self, payload: Any, key: str | None, attributes: dict[str, str]) -> Envelope:
         """Accept one plain message: give it a sequence number (its id, `message_id`)."""
-        return (next(self._seqs), None, payload, key or None, attributes, self._topic, None)
+        with self._seq_lock:
+            seq = self._next_seq
+            self._next_seq = seq + 1
+        return (seq, None, payload, key or None, attributes, self._topic, None)
 
     def envelopes(
         self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
         keys: list[str | None],
-    ) -> list[Envelope]:
+    ) -> Block:
         """Accept Publisher messages: a new number (id) each, in increasing order, and the
-        publish time (stamped lazily).
+        publish time (stamped lazily), as one `Block` (no envelope per message).
 
-        Empty attributes become None: an envelope holding no dict holds only atoms, and
-        the garbage collector stops tracking it at its first collection. A million queued
-        envelopes that each held a dict made every full collection walk them all (about
-        80% of the time a batch took to accept, with a million held).
+        Empty attributes become None: a message with none holds no dict of its own.
         """
-        now, topic = time.time(), self._topic
-        if any(attributes):
-            return [
-                (seq, None, data, key, attrs or None, topic, now)
-                for data, attrs, key, seq in zip(datas, attributes, keys, self._seqs, strict=False)
-            ]
-        seqs = itertools.islice(self._seqs, len(datas))  # none: built in C, no loop
-        return list(zip(seqs, repeat(None), datas, keys, repeat(None), repeat(topic), repeat(now)))
+        size = len(datas)
+        with self._seq_lock:
+            first = self._next_seq
+            self._next_seq = first + size
+        return Block(
+            range(first, first + size), datas, keys if keys.count(None) != size else None,
+            [a or None for a in attributes] if any(attributes) else None, self._topic,
+            time.time(),
+        )
 
     def publish_one(
         self, message: Any, key: str | None, attributes: dict[str, str] | None,
@@ -191,7 +192,7 @@ class PublishPath(FanOut):
 
     def stamp_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> list[Envelope]:
+    ) -> Block:
         """Check a batch (keys, type) and accept it as envelopes; `publish_envelopes`
         publishes them, now or later (staged rows are stamped when staged).
 
@@ -202,7 +203,7 @@ class PublishPath(FanOut):
         self.check_datas(datas)
         return self.envelopes(datas, attributes, keys)
 
-    def publish_envelopes(self, envelopes: list[Envelope]) -> Sequence[str]:
+    def publish_envelopes(self, envelopes: Sequence[Envelope]) -> Sequence[str]:
         """Steps 3-5 for envelopes of `stamp_parts`: returns their ids in order.
 
         Raises:
@@ -210,7 +211,7 @@ class PublishPath(FanOut):
         """
         return self._publish(envelopes, stamped=False)
 
-    def _publish(self, envelopes: list[Envelope], *, stamped: bool) -> Sequence[str]:
+    def _publish(self, envelopes: Sequence[Envelope], *, stamped: bool) -> Sequence[str]:
         """Steps 3-5; ``stamped``: ``envelopes`` are one `envelopes` call's, in order."""
         if self._ledger.closed:
             raise TopicClosedError(self._topic)
@@ -225,7 +226,7 @@ class PublishPath(FanOut):
             raise PartlyPublished(list(_ids(envelopes[:accepted], stamped)), error) from error
         raise error
 
-    def _publish_chunks(self, envelopes: list[Envelope]) -> tuple[int, BaseException | None]:
+    def _publish_chunks(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
         """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
         rest were refused (None: none was).
 
@@ -247,7 +248,7 @@ class PublishPath(FanOut):
             start += count
         return start, None
 
-    def _publish_each(self, envelopes: list[Envelope]) -> tuple[int, BaseException | None]:
+    def _publish_each(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
         """`_publish_chunks` one message at a time, each through the throttle."""
         for index, envelope in enumerate(envelopes):
             try:
@@ -257,7 +258,7 @@ class PublishPath(FanOut):
         return len(envelopes), None
 
     def _send_counted(
-        self, envelopes: list[Envelope], *, admit: bool = False, slotted: bool = False,
+        self, envelopes: Sequence[Envelope], *, admit: bool = False, slotted: bool = False,
     ) -> None:
         """Count ``envelopes`` as published and fan them out, holding ``max_pending``
         slots (``slotted``) or taking one first (``admit``); a refusal (closed) takes the
@@ -270,11 +271,12 @@ class PublishPath(FanOut):
             raise
 
 
-def _ids(envelopes: list[Envelope], stamped: bool) -> Sequence[str]:
+def _ids(envelopes: Sequence[Envelope], stamped: bool) -> Sequence[str]:
     """The ids of ``envelopes`` in order: spelled when read (`MessageIds`) when they are
     one stamping's (increasing numbers) and their numbers follow each other."""
     if stamped and envelopes:
-        first = envelopes[0][SEQ]
-        if envelopes[-1][SEQ] - first == len(envelopes) - 1:
-            return MessageIds(first, len(envelopes))
+        seqs = seqs_of(envelopes)
+        first = seqs[0]
+        if seqs[-1] - first == len(seqs) - 1:
+            return MessageIds(first, len(seqs))
     return list(map(message_id, envelopes))

@@ -66,7 +66,7 @@ class PublishEnvelopes:
     """A batch accepted ahead of its publish (`PublishPath.stamp_parts`: staged sink
     rows); ``future`` resolves as a `PublishBatch`'s."""
 
-    envelopes: list[Any]
+    envelopes: Sequence[Any]
     future: Future[Sequence[str]]
 
 
@@ -258,7 +258,7 @@ class BatchSeam:
 
     def _stamp_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> list[Any]:
+    ) -> Sequence[Any]:
         """Accept a batch ahead of its publish (ids and publish time given now): a staged
         sink part, published when its batch commits (`_publish_envelopes`).
 
@@ -267,7 +267,7 @@ class BatchSeam:
         """
         return self._path.stamp_parts(datas, attributes, keys)
 
-    def _publish_envelopes(self, envelopes: list[Any]) -> Future[Sequence[str]]:
+    def _publish_envelopes(self, envelopes: Sequence[Any]) -> Future[Sequence[str]]:
         """`_publish_parts` for the envelopes of `_stamp_parts`."""
         future: Future[Sequence[str]] = Future()
         return self._tell_publish(PublishEnvelopes(envelopes, future), future)

@@ -23,7 +23,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from runtime.core._envelope import ATTRIBUTES, KEY, PAYLOAD, STAMP_TIME, Envelope, message_id
+from runtime.core._envelope import (
+    ATTRIBUTES,
+    KEY,
+    PAYLOAD,
+    STAMP_TIME,
+    Block,
+    Envelope,
+    message_id,
+    message_ids,
+)
 from runtime.core._message import NO_ATTRIBUTES, Message
 
 __all__ = [
@@ -182,6 +191,8 @@ def envelope_columns(
     Publisher messages (stamped, bytes data) take one C-level pass per column; other
     messages are encoded one by one, as `record_of` does (``now`` stamps the unstamped).
     """
+    if type(envelopes) is Block and set(map(type, envelopes.payloads)) <= {bytes}:
+        return _block_columns(envelopes)
     stamps = list(map(_STAMP, envelopes))
     datas = list(map(_DATA, envelopes))
     if None not in stamps and set(map(type, datas)) <= {bytes}:
@@ -200,6 +211,22 @@ def envelope_columns(
     columns = LeaseColumns.of_records(rows)
     return (columns.message_id, columns.key, columns.payload, columns.attributes,
             columns.published_at, bad)
+
+
+def _block_columns(
+    block: Block,
+) -> tuple[list[str], list[str | None], list[bytes], list[dict[str, str]], list[float],
+           list[tuple[int, str]]]:
+    """`envelope_columns` of a block of bytes payloads, column by column."""
+    size, seqs, stamps, attributes = len(block), block.seqs, block.stamps, block.attributes
+    ids = (message_ids(seqs.start, size) if type(seqs) is range and seqs.start > 0
+           else list(map(str, seqs)))
+    return (
+        ids, [None] * size if block.keys is None else list(block.keys), list(block.payloads),
+        [NO_ATTRIBUTES] * size if attributes is None else
+        [NO_ATTRIBUTES if a is None else a for a in attributes],
+        [stamps] * size if isinstance(stamps, float) else list(stamps), [],
+    )
 
 
 def _envelope_record(envelope: Envelope, now: float) -> LeaseRecord:

@@ -38,7 +38,7 @@ class Burial:
     settle: Callable[[Sequence[Delivery[Any]]], None]  # the ledger's
 
     def dead_letter_unrouted(
-        self, envelopes: list[Envelope], futures: list[Future[Outcome]] | None, slotted: bool,
+        self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None, slotted: bool,
     ) -> None:
         """Dead-letter messages published while the topic had no destination."""
         effects: list[Effect] = []

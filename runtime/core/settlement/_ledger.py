@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._envelope import SEQ, Envelope
+from runtime.core._envelope import SEQ, Envelope, seqs_of
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._admission import Admission
@@ -77,7 +77,7 @@ class Ledger(Admission, Burial):
             setattr(self._counters, name, getattr(self._counters, name) + amount)
 
     def reserve(
-        self, envelopes: list[Envelope], destinations: int,
+        self, envelopes: Sequence[Envelope], destinations: int,
         futures: list[Future[Outcome]] | None, slotted: bool,
     ) -> None:
         """Count ``destinations`` pending settlements for each message, before any send.
@@ -95,9 +95,9 @@ class Ledger(Admission, Burial):
                 self.pending += len(envelopes)
             if destinations > 1 or futures is not None:
                 tracks = self._tracks
-                for index, envelope in enumerate(envelopes):
+                for index, seq in enumerate(seqs_of(envelopes)):
                     future = None if futures is None else futures[index]
-                    tracks[envelope[SEQ]] = OutcomeTrack(destinations, future)
+                    tracks[seq] = OutcomeTrack(destinations, future)
 
     # -- subscriber side ----------------------------------------------------------
 
@@ -143,14 +143,14 @@ class Ledger(Admission, Burial):
             tracks, completed = self._tracks, len(tranche.envelopes)
             if tracks:  # per-message outcomes to complete: a dict lookup each
                 completed = 0
-                for envelope in tranche.envelopes:
-                    track = tracks.get(envelope[SEQ])
+                for seq in seqs_of(tranche.envelopes):
+                    track = tracks.get(seq)
                     if track is None:
                         completed += 1
                     else:
                         track.remaining -= 1
                         if track.remaining == 0:
-                            self._complete(envelope[SEQ], track, effects)
+                            self._complete(seq, track, effects)
             self.pending -= completed
             self._counters.delivered += completed
             self._changed.notify_all()

@@ -41,7 +41,7 @@ class Tranche(HandOver):
 
     def __init__(
         self, sink: Sink | None, subscriber_id: int, group: str | None,
-        envelopes: list[Envelope], attempts: list[int] | None = None,
+        envelopes: Sequence[Envelope], attempts: list[int] | None = None,
     ) -> None:
         super().__init__(sink, subscriber_id, group)
         self.envelopes = envelopes
@@ -86,7 +86,7 @@ class Tranche(HandOver):
 
 
 def hand_over(
-    sink: Sink | None, subscriber_id: int, group: str | None, envelopes: list[Envelope],
+    sink: Sink | None, subscriber_id: int, group: str | None, envelopes: Sequence[Envelope],
     attempts: list[int] | None, *, whole: bool,
 ) -> tuple[HandOver, list[Delivery[Any]]]:
     """A hand-over of ``envelopes``: a `Tranche` and no deliveries when ``whole``, else a

@@ -10,7 +10,7 @@ what waits: a burst of publishes costs the group one mailbox message and one wak
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from runtime.core._envelope import Envelope
@@ -24,7 +24,7 @@ __all__ = ["ARRIVED", "Arrivals", "Chunk", "KeyMark"]
 # queues it as it is, reading no key); a str, the one key all of its messages share (the
 # group routes it whole); True, several (the group sorts it by key).
 KeyMark = bool | str
-Chunk = tuple[list[Envelope], KeyMark]
+Chunk = tuple[Sequence[Envelope], KeyMark]
 
 
 class _Arrived:
@@ -67,7 +67,7 @@ class Arrivals:
         """Tell ``ref`` (the group actor) when chunks arrive."""
         self._tell = ref.tell
 
-    def put(self, chunk: list[Envelope], keys: KeyMark = True) -> None:
+    def put(self, chunk: Sequence[Envelope], keys: KeyMark = True) -> None:
         """Queue ``chunk`` for the group; tell it `ARRIVED` unless it is due already.
 
         ``keys``: what its messages' keys are (`KeyMark`; the chunk and its mark travel

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
-from itertools import chain
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 
-from runtime.core._envelope import KEY, Envelope
+from runtime.core._envelope import KEY, SEQ, Envelope, join_envelopes
 from runtime.core.subscribers._arrivals import Chunk, KeyMark
 from runtime.core.subscribers._group_mail import Endpoint
-from runtime.core.subscribers._key_routing import sort_by_key
+from runtime.core.subscribers._key_routing import Fifo, sort_by_key
 
 __all__ = ["Backlog"]
 
 logger = logging.getLogger(__name__)
 
 _MARK = itemgetter(1)  # of an arrived `Chunk`
+_SEQ_OF = itemgetter(SEQ)
 
 
 class Backlog:
@@ -26,9 +26,9 @@ class Backlog:
     hash, redeliveries in their own."""
 
     _name: str
-    _queue: deque[Envelope]
+    _queue: Fifo
     _retries: deque[tuple[Envelope, int]]
-    _buckets: dict[int, deque[Envelope]]
+    _buckets: dict[int, Fifo]
     _members: list[Endpoint]
     _ended: tuple[str, str | None] | None
     _stranded: list[Envelope]
@@ -53,19 +53,19 @@ class Backlog:
             if True not in marks:
                 self._route(chunks, marks)
                 return
-            if len(chunks) > 1 and self._sorted(list(chain.from_iterable(chunks))):
+            if len(chunks) > 1 and self._sorted(join_envelopes(chunks)):
                 return
         for index, chunk in enumerate(chunks):
             try:
                 self._accept(chunk, keyed)
             except Exception:  # what it took and did not queue is nowhere else
-                held = {id(e) for e in self._queue}
-                held.update(id(e) for bucket in self._buckets.values() for e in bucket)
-                self._stranded = [e for e in chunk if id(e) not in held]
+                held = set(map(_SEQ_OF, self._queue))
+                held.update(e[SEQ] for bucket in self._buckets.values() for e in bucket)
+                self._stranded = [e for e in chunk if e[SEQ] not in held]
                 self._stranded.extend(e for later in chunks[index + 1:] for e in later)
                 raise
 
-    def _route(self, chunks: list[list[Envelope]], marks: list[KeyMark]) -> None:
+    def _route(self, chunks: list[Sequence[Envelope]], marks: list[KeyMark]) -> None:
         """Queue chunks of no key or of one key each whole, as `sort_by_key` would
         route their messages. With 16 keys, sorting read every key of every chunk."""
         members = [m.key for m in self._members]
@@ -76,7 +76,7 @@ class Backlog:
             else:  # a str: hashing it cannot fail
                 buckets[members[hash(mark) % count]].extend(chunk)
 
-    def _sorted(self, merged: list[Envelope]) -> bool:
+    def _sorted(self, merged: Sequence[Envelope]) -> bool:
         """Sort a merged burst of keyed chunks in; False (nothing moved) when a key does
         not hash. Checking that every key hashes first read every key twice: 5% of the
         group thread's samples with 16 keys (py-spy)."""
@@ -86,7 +86,7 @@ class Backlog:
             return False
         return True
 
-    def _accept(self, envelopes: list[Envelope], keyed: bool = True) -> None:
+    def _accept(self, envelopes: Sequence[Envelope], keyed: bool = True) -> None:
         if self._ended is not None:
             self._settle([(e, 1) for e in envelopes], *self._ended)
             return
@@ -114,8 +114,8 @@ class Backlog:
         keyed = [e for e in self._queue if e[KEY] is not None]
         for bucket in self._buckets.values():
             keyed.extend(bucket)
-        self._queue = deque(e for e in self._queue if e[KEY] is None)
-        self._buckets = {m.key: deque() for m in self._members}
+        self._queue = Fifo(e for e in self._queue if e[KEY] is None)
+        self._buckets = {m.key: Fifo() for m in self._members}
         if len(self._members) > 1:
             self._accept(keyed)
         else:

@@ -16,7 +16,7 @@ from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
 from runtime.core.subscribers._backlog import Backlog
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
-from runtime.core.subscribers._key_routing import take_share
+from runtime.core.subscribers._key_routing import Fifo, take_share
 
 __all__ = ["GroupActor"]
 
@@ -66,9 +66,9 @@ class GroupActor(Backlog, Actor):
         self._gate = gate
         self._ledger = ledger
         self._tracker = tracker
-        self._queue: deque[Envelope] = deque()
+        self._queue = Fifo()
         self._retries: deque[tuple[Envelope, int]] = deque()
-        self._buckets: dict[int, deque[Envelope]] = {}
+        self._buckets: dict[int, Fifo] = {}
         self._members: list[Endpoint] = []
         self._unsettled: dict[int, int] = {}  # deliveries handed over, not credited back
         self._inflight: dict[int, int] = {}  # hand-overs handed over, not credited back
@@ -158,7 +158,7 @@ class GroupActor(Backlog, Actor):
             items.extend((e, 1) for e in bucket)
         self._retries.clear()
         self._queue.clear()
-        self._buckets = {m.key: deque() for m in self._members}
+        self._buckets = {m.key: Fifo() for m in self._members}
         self._ended = (reason, error)
         self._settle(items, reason, error)
 

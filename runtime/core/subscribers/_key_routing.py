@@ -4,82 +4,149 @@ chunk in, taking a member's share out."""
 from __future__ import annotations
 
 from collections import deque
-from itertools import groupby, islice, repeat
-from operator import itemgetter, ne
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, groupby, islice, repeat
+from operator import ne
+from typing import Protocol
 
-from runtime.core._envelope import KEY, Envelope
+from runtime.core._envelope import Envelope, join_envelopes, keys_of
 
-__all__ = ["sort_by_key", "take_share"]
+__all__ = ["Fifo", "sort_by_key", "take_share"]
 
-_KEY_OF = itemgetter(KEY)
 # A chunk with fewer key changes than this share of its messages moves run by run.
 _RUNS_SHARE = 8
 
 
+class Fifo:
+    """A queue of envelopes, held as the pieces they arrived in (a topic's `Block`s,
+    lists): queuing a chunk and taking a hand-over touch no message of their own, and a
+    hand-over of blocks leaves as one block (`join_envelopes`). Pieces are never changed
+    (the topic shares a chunk between its groups): a partly taken one is read from an
+    offset."""
+
+    __slots__ = ("_count", "_head", "_pieces")
+
+    def __init__(self, envelopes: Iterable[Envelope] = ()) -> None:
+        self._pieces: deque[Sequence[Envelope]] = deque()
+        self._head = 0  # of the first piece, how many were taken
+        self._count = 0
+        self.extend(list(envelopes))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[Envelope]:
+        pieces = iter(self._pieces)
+        first = next(pieces, ())
+        return chain(islice(first, self._head, None), chain.from_iterable(pieces))
+
+    def extend(self, envelopes: Sequence[Envelope]) -> None:
+        """Queue ``envelopes`` (a sequence nobody changes any more) behind the rest."""
+        if envelopes:
+            self._pieces.append(envelopes)
+            self._count += len(envelopes)
+
+    def clear(self) -> None:
+        self._pieces.clear()
+        self._head = self._count = 0
+
+    def take(self, count: int) -> Sequence[Envelope]:
+        """Dequeue up to ``count`` from the front, as one sequence."""
+        pieces, head = self._pieces, self._head
+        if count >= self._count and not head:  # all of it (most hand-overs): in C
+            taken: list[Sequence[Envelope]] = list(pieces)
+            self.clear()
+            return join_envelopes(taken) if taken else []
+        need = min(count, self._count)
+        self._count -= need
+        taken = []
+        while need:
+            piece = pieces[0]
+            left = len(piece) - head
+            if left > need:
+                taken.append(piece[head:head + need])
+                head += need
+                break
+            taken.append(piece[head:] if head else piece)
+            pieces.popleft()
+            head, need = 0, need - left
+        self._head = head
+        return join_envelopes(taken) if taken else []
+
+
+class _Queue(Protocol):  # a `Fifo`, or a deque in tests
+    def extend(self, envelopes: Sequence[Envelope], /) -> None: ...
+
+
 def sort_by_key(
-    envelopes: list[Envelope], members: list[int], queue: deque[Envelope],
-    buckets: dict[int, deque[Envelope]],
+    envelopes: Sequence[Envelope], members: list[int], queue: _Queue,
+    buckets: dict[int, Fifo] | dict[int, deque[Envelope]],
 ) -> None:
     """Append unkeyed ``envelopes`` to ``queue`` and keyed ones to the bucket of the
     member their key hashes to (``members``: the members' keys), keeping their order.
 
     Every key is hashed (once per distinct key, into a key -> queue table) before
     anything moves, so a chunk with a bad key is refused whole. A chunk with one key
-    (or none) then moves in one call; runs of one key (an ordered Publisher sends a
-    batch per key, and the topic merges a few into one chunk) move run by run, walked
-    by ``groupby`` in C; interleaved keys move message by message. Per message (a
-    chunk of 106, two members), against routing each message by its own hash: runs of
-    35 0.15 -> 0.10 µs, 16 interleaved keys 0.155 -> 0.12-0.13, no key 0.04.
+    (or none) then moves whole; runs of one key (an ordered Publisher sends a batch per
+    key, and the topic merges a few into one chunk) move as slices, found by
+    ``groupby`` over the keys in C; interleaved keys are gathered message by message
+    into one list per queue. Per message (a chunk of 106, two members), against
+    routing each message by its own hash: runs of 35 0.15 -> 0.10 µs, 16 interleaved
+    keys 0.155 -> 0.12-0.13, no key 0.04.
 
     Raises:
         Exception: whatever hashing a key raised (e.g. ``TypeError`` for a list).
     """
-    keys = list(map(_KEY_OF, envelopes))
+    keys = keys_of(envelopes)
     count = len(members)
     alike = keys.count(keys[0]) == len(keys)  # most chunks: no key, or an ordered batch's one
-    route = {key: queue if key is None else buckets[members[hash(key) % count]]
-             for key in ({keys[0]} if alike else set(keys))}
+    route: dict[str | None, _Queue] = {
+        key: queue if key is None else buckets[members[hash(key) % count]]
+        for key in ({keys[0]} if alike else set(keys))}
     if alike:
         route[keys[0]].extend(envelopes)
     elif sum(map(ne, keys, islice(keys, 1, None))) * _RUNS_SHARE < len(keys):
-        for key, run in groupby(envelopes, _KEY_OF):
-            route[key].extend(run)
+        start = 0
+        for key, run in groupby(keys):
+            end = start + len(list(run))
+            route[key].extend(envelopes[start:end])
+            start = end
     else:
+        gathered: dict[int, tuple[_Queue, list[Envelope]]] = {
+            id(target): (target, []) for target in route.values()}
+        lists = {key: gathered[id(target)][1] for key, target in route.items()}
         for envelope, key in zip(envelopes, keys, strict=True):
-            route[key].append(envelope)
+            lists[key].append(envelope)
+        for target, items in gathered.values():
+            target.extend(items)
 
 
 def take_share(
-    bucket: deque[Envelope] | None, retries: deque[tuple[Envelope, int]],
-    queue: deque[Envelope], room: int, share: int,
-) -> tuple[list[Envelope], list[int] | None]:
+    bucket: Fifo | None, retries: deque[tuple[Envelope, int]], queue: Fifo, room: int,
+    share: int,
+) -> tuple[Sequence[Envelope], list[int] | None]:
     """Dequeue a member's keyed messages (its ``bucket``), then ``retries`` and unkeyed
     ones from ``queue`` up to ``share`` more, at most ``room`` in all; returns them and
     their attempts (None: all first ones)."""
-    envelopes = _take(bucket, room) if bucket else []
+    pieces = [bucket.take(room)] if bucket else []
+    taken = len(pieces[0]) if pieces else 0
+    limit = min(room, taken + share)
     attempts: list[int] | None = None
-    limit = min(room, len(envelopes) + share)
-    if retries and len(envelopes) < limit:
-        attempts = [1] * len(envelopes)
-        while retries and len(envelopes) < limit:
+    if retries and taken < limit:
+        attempts = [1] * taken
+        retried = []
+        while retries and taken < limit:
             envelope, attempt = retries.popleft()
-            envelopes.append(envelope)
+            retried.append(envelope)
             attempts.append(attempt)
-    start = len(envelopes)
-    if queue and start < limit:
-        taken = _take(queue, limit - start)
-        envelopes = taken if not envelopes else envelopes + taken
+            taken += 1
+        pieces.append(retried)
+    if queue and taken < limit:
+        unkeyed = queue.take(limit - taken)
+        pieces.append(unkeyed)
         if attempts is not None:
-            attempts.extend(repeat(1, len(envelopes) - start))
-    return envelopes, attempts
-
-
-def _take(items: deque[Envelope], count: int) -> list[Envelope]:
-    """Dequeue up to ``count`` from the front of ``items``: the whole deque in one C call
-    when it fits (most hand-overs; 616 messages 17.2 -> 3.9 µs), else one by one."""
-    if count >= len(items):
-        taken = list(items)
-        items.clear()
-        return taken
-    popleft = items.popleft
-    return [popleft() for _ in range(count)]
+            attempts.extend(repeat(1, len(unkeyed)))
+    return (join_envelopes(pieces) if pieces else []), attempts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from runtime.core._envelope import Envelope
 from runtime.errors import TopicClosedError, WouldBlock
@@ -122,7 +122,7 @@ class Ring:
             replayed = [e for e, _ in self._replays.pop(subscriber_id, ())]
             return replayed if cursor is None else replayed + self._entries(cursor, self._head)
 
-    def write_locked(self, envelopes: list[Envelope]) -> tuple[list[tuple[int, Envelope]], list[Wake]]:
+    def write_locked(self, envelopes: Sequence[Envelope]) -> tuple[list[tuple[int, Envelope]], list[Wake]]:
         """Append entries (`lock` held). Returns (lagged (subscriber, entry), wakes to call)."""
         lagged: list[tuple[int, Envelope]] = []
         capacity, slots = self.capacity, self._slots

@@ -17,7 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 from actors import Actor
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Envelope
+from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Block, Envelope
 from runtime.core.settlement._claims import all_acked
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
@@ -67,7 +67,7 @@ class WorkBatch:
     ids: Sequence[str | None] | None
     payloads: Sequence[Any]
     keys: Sequence[str | None] | None
-    attributes: Sequence[dict[str, str]] | None
+    attributes: Sequence[dict[str, str] | None] | None
     stamps: Sequence[float | None] | float | None
     attempts: Sequence[int] | None
     ack_timeout: float | None = None
@@ -83,7 +83,7 @@ class WorkBatch:
 
     @classmethod
     def of_envelopes(cls, subscriber_id: int, group: str, topic: str,
-                     envelopes: list[Envelope], attempts: list[int] | None,
+                     envelopes: Sequence[Envelope], attempts: list[int] | None,
                      ack_timeout: float | None = None) -> WorkBatch:
         """The columns of ``envelopes`` with their ``attempts`` (None: all first ones).
 
@@ -91,16 +91,21 @@ class WorkBatch:
         iterator per envelope, tracked by the garbage collector (with hand-overs of ~600,
         1,155-1,178 young collections per 500,000 messages in the parent, now 818).
         """
-        seqs, payloads, keys, attributes, stamps = (
-            list(map(getter, envelopes)) for getter in _COLUMNS)
-        size = len(envelopes)
-        first_stamp = stamps[0]
-        numbers = _compact(seqs)
+        ids: list[str | None] | None = None  # a block's messages have no ids of their own
+        if type(envelopes) is Block:  # columns already: none is read
+            numbers, payloads = _compact(envelopes.seqs), envelopes.payloads
+            keys, attributes, stamps = envelopes.keys, envelopes.attributes, envelopes.stamps
+        else:
+            seqs, payloads, keys, attributes, stamps = (
+                list(map(getter, envelopes)) for getter in _COLUMNS)
+            numbers = _compact(seqs)
+            ids = _own_ids(envelopes, numbers)
+        size = len(payloads)
         return cls(
-            subscriber_id, group, topic, numbers, _own_ids(envelopes, numbers), payloads,
-            None if keys.count(None) == size else keys,
-            None if not any(attributes) else attributes,
-            first_stamp if stamps.count(first_stamp) == size else stamps,
+            subscriber_id, group, topic, numbers, ids, payloads,
+            None if keys is None or keys.count(None) == size else keys,
+            None if attributes is None or not any(attributes) else attributes,
+            _one_stamp(stamps, size),
             None if attempts is None or attempts.count(1) == size else attempts,
             ack_timeout,
         )
@@ -132,7 +137,7 @@ class WorkBatch:
         return out
 
 
-def _own_ids(envelopes: list[Envelope], numbers: Sequence[int]) -> list[str | None] | None:
+def _own_ids(envelopes: Sequence[Envelope], numbers: Sequence[int]) -> list[str | None] | None:
     """The ids column: None when no message has an id of its own, as when the numbers
     are a run of positive ones (only a replayed dead letter holds its own id, and it has
     a negative number: one column fewer to read for most hand-overs)."""
@@ -142,8 +147,18 @@ def _own_ids(envelopes: list[Envelope], numbers: Sequence[int]) -> list[str | No
     return None if ids.count(None) == len(ids) else ids
 
 
-def _compact(seqs: list[int]) -> Sequence[int]:
+def _one_stamp(stamps: Any, size: int) -> Any:
+    """A publish times column as one value when all are alike."""
+    if stamps is None or isinstance(stamps, float):
+        return stamps
+    first = stamps[0]
+    return first if stamps.count(first) == size else stamps
+
+
+def _compact(seqs: Sequence[int]) -> Sequence[int]:
     """``seqs`` as a ``range`` when they follow each other (checked in C), else as is."""
+    if type(seqs) is range:
+        return seqs
     first = seqs[0]
     if seqs[-1] - first == len(seqs) - 1 and seqs == list(range(first, first + len(seqs))):
         return range(first, first + len(seqs))

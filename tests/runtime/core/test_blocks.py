@@ -1,0 +1,160 @@
+"""Blocks: Publisher messages kept as columns from the topic to a worker's batch, and
+the group queue (`Fifo`) that holds them without reading a message."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+import pytest
+
+from runtime.broker.lease._record import envelope_columns
+from runtime.core._envelope import Block, join_envelopes, keys_of, message_of, seqs_of
+from runtime.core.subscribers._key_routing import Fifo, sort_by_key, take_share
+from runtime.core.subscribers._work_batch import WorkBatch
+
+
+def _block(first: int, size: int, *, keys: bool = False, attrs: bool = False,
+           stamp: float = 100.0) -> Block:
+    return Block(
+        range(first, first + size), [b"m%d" % n for n in range(first, first + size)],
+        [f"k{n % 3}" if n % 2 else None for n in range(first, first + size)] if keys else None,
+        [{"n": str(n)} if n % 2 else None for n in range(first, first + size)] if attrs else None,
+        "t", stamp)
+
+
+def _tuples(block: Block) -> list[tuple[Any, ...]]:
+    size = len(block)
+    keys = block.keys or [None] * size
+    attrs = block.attributes or [None] * size
+    stamps = block.stamps if isinstance(block.stamps, list) else [block.stamps] * size
+    return [(s, None, p, k, a, "t", t) for s, p, k, a, t in zip(
+        block.seqs, block.payloads, keys, attrs, stamps, strict=True)]
+
+
+@pytest.mark.parametrize("keys", [False, True])
+@pytest.mark.parametrize("attrs", [False, True])
+def test_a_block_reads_as_the_envelopes_it_stands_for(keys: bool, attrs: bool) -> None:
+    block = _block(5, 7, keys=keys, attrs=attrs)
+    expected = _tuples(block)
+
+    assert list(block) == expected
+    assert [block[i] for i in range(7)] == expected
+    assert block[-1] == expected[-1]
+    assert list(block[2:5]) == expected[2:5]
+    assert type(block[2:5]) is Block and block[2:5].seqs == range(7, 10)
+    assert seqs_of(block) == range(5, 12)
+    assert keys_of(block) == [e[3] for e in expected]
+    assert message_of(block[0]).message_id == "5"
+
+
+def test_joined_blocks_keep_one_value_where_every_block_has_one() -> None:
+    joined = Block.join([_block(1, 3), _block(4, 2), _block(6, 4)])
+
+    assert joined.seqs == range(1, 10)
+    assert joined.stamps == 100.0 and joined.keys is None and joined.attributes is None
+    assert joined.payloads == [b"m%d" % n for n in range(1, 10)]
+
+
+def test_joined_blocks_spell_out_a_column_where_blocks_differ() -> None:
+    parts = [_block(1, 3), _block(10, 2, keys=True, attrs=True, stamp=200.0), _block(12, 1)]
+
+    joined = Block.join(parts)
+
+    assert joined.seqs == [1, 2, 3, 10, 11, 12]
+    assert joined.stamps == [100.0] * 3 + [200.0] * 2 + [100.0]
+    assert list(joined) == [e for part in parts for e in _tuples(part)]
+
+
+def test_pieces_that_are_not_all_blocks_join_as_one_list() -> None:
+    plain = [(50, None, "obj", None, None, "t", None)]
+
+    joined = join_envelopes([_block(1, 2), plain])
+
+    assert joined == _tuples(_block(1, 2)) + plain
+
+
+def test_a_fifo_takes_across_pieces_and_from_inside_one_in_order() -> None:
+    first, second = _block(1, 5), _block(6, 5)
+    fifo = Fifo()
+    fifo.extend(first)
+    fifo.extend([])
+    fifo.extend(second)
+
+    assert len(fifo) == 10
+    taken = [fifo.take(3), fifo.take(4)]
+    assert [list(t) for t in taken] == [_tuples(first)[:3], _tuples(first)[3:] + _tuples(second)[:2]]
+    assert type(taken[1]) is Block and taken[1].seqs == range(4, 8)
+    assert list(fifo) == _tuples(second)[2:] and len(fifo) == 3
+    assert list(fifo.take(10)) == _tuples(second)[2:]
+    assert not fifo and list(fifo) == [] and fifo.take(5) == []
+    assert list(first) == _tuples(_block(1, 5))  # pieces are read, never changed
+
+
+def test_a_hand_over_of_a_whole_queue_of_blocks_is_one_block() -> None:
+    fifo = Fifo()
+    for start in range(1, 100, 10):
+        fifo.extend(_block(start, 10))
+
+    envelopes, attempts = take_share(None, deque(), fifo, 1000, 1000)
+
+    assert type(envelopes) is Block and envelopes.seqs == range(1, 101)
+    assert attempts is None and not fifo
+
+
+def test_keyed_runs_of_a_block_are_routed_as_slices_in_order() -> None:
+    block = Block(range(1, 13), [b"x"] * 12, ["a"] * 4 + [None] * 4 + ["b"] * 4, None, "t", 1.0)
+    queue, buckets = Fifo(), {1: Fifo(), 2: Fifo()}
+
+    sort_by_key(block, [1, 2], queue, buckets)
+
+    assert [e[0] for e in queue] == [5, 6, 7, 8]
+    for member, bucket in buckets.items():
+        keys = {k for k in ("a", "b") if [1, 2][hash(k) % 2] == member}
+        assert [e[0] for e in bucket] == [e[0] for e in block if e[3] in keys]
+
+
+@pytest.mark.parametrize("keys", [False, True])
+@pytest.mark.parametrize("attrs", [False, True])
+def test_a_work_batch_of_a_block_holds_the_columns_of_its_envelopes(keys: bool, attrs: bool) -> None:
+    block = Block.join([_block(1, 4, keys=keys, attrs=attrs), _block(5, 3, stamp=300.0)])
+
+    columns = WorkBatch.of_envelopes(1, "g", "t", block, [1, 2, 1, 1, 1, 1, 1])
+
+    assert columns == WorkBatch.of_envelopes(1, "g", "t", list(block), [1, 2, 1, 1, 1, 1, 1])
+    assert columns.seqs == range(1, 8) and columns.ids is None
+
+
+def test_lease_columns_of_a_block_are_those_of_its_envelopes() -> None:
+    block = Block.join([_block(1, 4, keys=True, attrs=True), _block(5, 3, stamp=300.0)])
+
+    assert envelope_columns(block, 0.0) == envelope_columns(list(block), 0.0)
+
+
+def test_blocks_and_single_messages_stamped_at_once_never_share_a_number() -> None:
+    from runtime import Bus
+
+    with Bus() as bus:
+        topic = bus.create_topic("numbers", ack_timeout=None)
+        start = threading.Barrier(3)
+        blocks: list[Block] = []
+        singles: list[int] = []
+
+        def stamp_blocks() -> None:
+            start.wait(5)
+            blocks.extend(topic._stamp_parts([b"x"] * 7, [{}] * 7, [None] * 7) for _ in range(2_000))
+
+        def stamp_singles() -> None:
+            start.wait(5)
+            singles.extend(topic._path.envelope(n, None, {})[0] for n in range(5_000))
+
+        threads = [threading.Thread(target=f) for f in (stamp_blocks, stamp_blocks, stamp_singles)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+
+    numbers = [n for block in blocks for n in block.seqs] + singles
+    assert len(blocks) == 4_000 and len(singles) == 5_000
+    assert sorted(numbers) == list(range(1, 4_000 * 7 + 5_000 + 1))
