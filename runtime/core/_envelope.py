@@ -18,16 +18,17 @@ with the envelope and alive until its last delivery settles, took the topic ~10 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import accumulate, chain, repeat
+from operator import add, itemgetter
 from typing import Any, Final, overload
 
 from runtime.core._message import NO_ATTRIBUTES, new_message
 
 __all__ = [
     "ATTRIBUTES", "KEY", "MESSAGE_ID", "PAYLOAD", "SEQ", "STAMP_TIME", "TOPIC", "Block",
-    "Envelope", "MessageIds", "join_envelopes", "keys_of", "message_id", "message_ids",
+    "Envelope", "MessageIds", "Runs", "join_envelopes", "keys_of", "message_id", "message_ids",
     "message_of", "seqs_of",
 ]
 
@@ -152,9 +153,9 @@ class Block(Sequence[Envelope]):
     __slots__ = ("attributes", "keys", "payloads", "seqs", "stamps", "topic")
 
     def __init__(
-        self, seqs: Sequence[int], payloads: list[Any], keys: list[str | None] | None,
-        attributes: list[dict[str, str] | None] | None, topic: str,
-        stamps: float | list[float],
+        self, seqs: Sequence[int], payloads: list[Any], keys: Sequence[str | None] | None,
+        attributes: Sequence[dict[str, str] | None] | None, topic: str,
+        stamps: float | Sequence[float],
     ) -> None:
         self.seqs = seqs
         self.payloads = payloads
@@ -213,37 +214,112 @@ class Block(Sequence[Envelope]):
 
 
 def _joined_seqs(blocks: Sequence[Block]) -> Sequence[int]:
-    start = blocks[0].seqs
-    if type(start) is range:
-        end = start.start
-        for block in blocks:
-            seqs = block.seqs
-            if type(seqs) is not range or seqs.start != end:
-                break
-            end = seqs.stop
-        else:
-            return range(start.start, end)
-    return list(chain.from_iterable(b.seqs for b in blocks))
+    """The numbers: one range when they follow each other, else `Runs` of the ranges
+    (an ordered Publisher's keys interleave), else one list."""
+    ranges = [b.seqs for b in blocks if isinstance(b.seqs, range)]
+    if len(ranges) < len(blocks):
+        return list(chain.from_iterable(b.seqs for b in blocks))
+    starts, counts = [r.start for r in ranges], list(map(len, ranges))
+    if starts == list(accumulate(counts[:-1], initial=starts[0])):
+        return range(starts[0], starts[-1] + counts[-1])
+    return Runs(starts, counts, 1)
 
 
 def _joined_column(columns: list[Any], blocks: Sequence[Block]) -> Any:
+    """Keys or attributes: None when no block has any; `Runs` when each block's are
+    alike (the keys of an ordered Publisher's batches); else one list."""
     if columns.count(None) == len(columns):
         return None
+    sizes = [len(b.payloads) for b in blocks]
+    firsts = [None if c is None else c[0] for c in columns]
+    if all(c is None or c.count(v) == n for c, v, n in zip(columns, firsts, sizes, strict=True)):
+        return Runs(firsts, sizes)
     joined: list[Any] = []
-    for column, block in zip(columns, blocks, strict=True):
-        joined += [None] * len(block.payloads) if column is None else column
+    for column, size in zip(columns, sizes, strict=True):
+        joined += [None] * size if column is None else column
     return joined
 
 
-def _joined_stamps(blocks: Sequence[Block]) -> float | list[float]:
+def _joined_stamps(blocks: Sequence[Block]) -> float | Sequence[float]:
     stamps = [b.stamps for b in blocks]
     first = stamps[0]
     if isinstance(first, float) and stamps.count(first) == len(stamps):
         return first
+    if all(isinstance(stamp, float) for stamp in stamps):
+        return Runs(stamps, [len(b.payloads) for b in blocks])
     joined: list[float] = []
     for stamp, block in zip(stamps, blocks, strict=True):
         joined += [stamp] * len(block.payloads) if isinstance(stamp, float) else stamp
     return joined
+
+
+class Runs(Sequence[Any]):
+    """A column as runs (``counts[i]`` items from ``values[i]``, each ``step`` more than
+    the one before): the numbers, publish times and keys of joined blocks, pickled as
+    two short lists instead of one item per message. Read by position it bisects; most
+    readers iterate it."""
+
+    __slots__ = ("_ends", "counts", "step", "values")
+
+    def __init__(self, values: list[Any], counts: list[int], step: int = 0) -> None:
+        self.values = values
+        self.counts = counts
+        self.step = step
+        self._ends = list(accumulate(counts))
+
+    def __reduce__(self) -> tuple[type[Runs], tuple[list[Any], list[int], int]]:
+        return Runs, (self.values, self.counts, self.step)
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.step:
+            return chain.from_iterable(map(range, self.values, map(add, self.values, self.counts)))
+        return chain.from_iterable(map(repeat, self.values, self.counts))
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self._slice(index)
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        run = bisect_right(self._ends, position)
+        if not self.step:
+            return self.values[run]
+        return self.values[run] + position - (self._ends[run] - self.counts[run])
+
+    def _slice(self, index: slice) -> Sequence[Any]:
+        start, stop, stride = index.indices(len(self))
+        if stride != 1:
+            return list(self)[index]
+        if start >= stop:
+            return Runs([], [], self.step)
+        ends, counts = self._ends, self.counts
+        first, last = bisect_right(ends, start), bisect_right(ends, stop - 1)
+        values, taken = self.values[first:last + 1], counts[first:last + 1]
+        skip = start - (ends[first] - counts[first])
+        taken[-1] = stop - (ends[last] - counts[last])
+        taken[0] -= skip
+        if self.step:
+            values[0] += skip
+        return Runs(values, taken, self.step)
+
+    def count(self, value: Any) -> int:
+        if self.step:
+            return sum(map(value.__eq__, self))
+        return sum(n for v, n in zip(self.values, self.counts, strict=True) if v == value)
+
+    def __eq__(self, other: object) -> bool:  # equal to any sequence of the same items
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash
 
 
 def join_envelopes(pieces: Sequence[Sequence[Envelope]]) -> Sequence[Envelope]:

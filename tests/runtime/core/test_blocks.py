@@ -3,6 +3,7 @@ the group queue (`Fifo`) that holds them without reading a message."""
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections import deque
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from runtime.broker.lease._record import envelope_columns
-from runtime.core._envelope import Block, join_envelopes, keys_of, message_of, seqs_of
+from runtime.core._envelope import Block, Runs, join_envelopes, keys_of, message_of, seqs_of
 from runtime.core.subscribers._key_routing import Fifo, sort_by_key, take_share
 from runtime.core.subscribers._work_batch import WorkBatch
 
@@ -158,3 +159,36 @@ def test_blocks_and_single_messages_stamped_at_once_never_share_a_number() -> No
     numbers = [n for block in blocks for n in block.seqs] + singles
     assert len(blocks) == 4_000 and len(singles) == 5_000
     assert sorted(numbers) == list(range(1, 4_000 * 7 + 5_000 + 1))
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_runs_read_by_position_and_slice_like_the_list_they_stand_for(step: int) -> None:
+    runs = Runs([10, 50, 20, 90], [3, 1, 4, 2], step)
+    expected = list(runs)
+
+    assert len(runs) == 10 and runs == expected
+    assert expected == ([10, 10, 10, 50, 20, 20, 20, 20, 90, 90] if not step
+                        else [10, 11, 12, 50, 20, 21, 22, 23, 90, 91])
+    assert [runs[i] for i in range(-10, 10)] == expected + expected
+    for start in range(11):
+        for stop in range(start, 11):
+            assert list(runs[start:stop]) == expected[start:stop], (start, stop)
+    assert runs[::3] == expected[::3]
+    assert runs.count(expected[4]) == expected.count(expected[4])
+    with pytest.raises(IndexError):
+        runs[10]
+    assert pickle.loads(pickle.dumps(runs)) == expected
+
+
+def test_an_ordered_publisher_s_blocks_join_as_runs_and_cross_as_runs() -> None:
+    parts = [Block(range(start, start + 20), [b"%d" % n for n in range(start, start + 20)],
+                   [f"k{start}"] * 20, None, "t", float(start)) for start in (1, 41, 81, 21)]
+
+    joined = Block.join(parts)
+    batch = WorkBatch.of_envelopes(1, "g", "t", joined, None)
+
+    assert type(joined.seqs) is Runs and type(joined.keys) is Runs and type(joined.stamps) is Runs
+    assert list(joined) == [e for part in parts for e in part]
+    assert batch == WorkBatch.of_envelopes(1, "g", "t", list(joined), None)
+    assert len(pickle.dumps(batch)) < len(pickle.dumps(
+        WorkBatch.of_envelopes(1, "g", "t", list(joined), None))) - 600
