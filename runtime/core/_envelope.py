@@ -338,9 +338,9 @@ def seqs_of(envelopes: Sequence[Envelope]) -> Sequence[int]:
     return list(map(_SEQ_OF, envelopes))
 
 
-def keys_of(envelopes: Sequence[Envelope]) -> list[str | None]:
-    """The keys of ``envelopes``, in order (a new list)."""
+def keys_of(envelopes: Sequence[Envelope]) -> Sequence[str | None]:
+    """The keys of ``envelopes``, in order (a block's own column: read, never change it)."""
     if type(envelopes) is Block:
         keys = envelopes.keys
-        return [None] * len(envelopes.payloads) if keys is None else list(keys)
+        return [None] * len(envelopes.payloads) if keys is None else keys
     return list(map(_KEY_OF, envelopes))

@@ -123,7 +123,7 @@ class FanOut:
         return balanced
 
 
-def _mark(keys: list[str | None], keyed: bool) -> KeyMark:
+def _mark(keys: Sequence[str | None], keyed: bool) -> KeyMark:
     """A chunk's keys for its group: False (none), the one key all of its messages share
     (an ordered Publisher's batch), or True (several)."""
     if not keyed:

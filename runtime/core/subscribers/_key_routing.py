@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, groupby, islice, repeat
-from operator import ne
 from typing import Protocol
 
 from runtime.core._envelope import Envelope, join_envelopes, keys_of
@@ -108,12 +107,13 @@ def sort_by_key(
         for key in ({keys[0]} if alike else set(keys))}
     if alike:
         route[keys[0]].extend(envelopes)
-    elif sum(map(ne, keys, islice(keys, 1, None))) * _RUNS_SHARE < len(keys):
+        return
+    runs = [(key, len(list(run))) for key, run in groupby(keys)]
+    if len(runs) * _RUNS_SHARE < len(keys):
         start = 0
-        for key, run in groupby(keys):
-            end = start + len(list(run))
-            route[key].extend(envelopes[start:end])
-            start = end
+        for key, size in runs:
+            route[key].extend(envelopes[start:start + size])
+            start += size
     else:
         gathered: dict[int, tuple[_Queue, list[Envelope]]] = {
             id(target): (target, []) for target in route.values()}
