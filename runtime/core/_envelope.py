@@ -140,6 +140,9 @@ class Block(Sequence[Envelope]):
     back into columns, and their collection (py-spy: over half of the topic thread's
     samples were on the line building them).
 
+    A block keeps the lists it is given, and its readers share them (a chunk goes to
+    every group): whoever builds one hands its lists over and never changes them.
+
     Args:
         seqs: the messages' numbers (their ids: `message_id`), a ``range`` when they
             follow each other.
@@ -201,14 +204,16 @@ class Block(Sequence[Envelope]):
         """One block of ``blocks``' messages in order (one topic's); each column is
         joined in C, and stays one value where every block's is (no keys, no
         attributes, one publish time, numbers that follow each other)."""
-        first = blocks[0]
+        topic = blocks[0].topic
+        blocks = [block for block in blocks if block.payloads]
+        if not blocks:
+            return Block(range(0), [], None, None, topic, 0.0)
         payloads: list[Any] = []
         for block in blocks:
             payloads += block.payloads
         return Block(
-            _joined_seqs(blocks), payloads,
-            _joined_column([b.keys for b in blocks], blocks),
-            _joined_column([b.attributes for b in blocks], blocks), first.topic,
+            _joined_seqs(blocks), payloads, _joined_keys(blocks),
+            _joined_list([b.attributes for b in blocks], blocks), topic,
             _joined_stamps(blocks),
         )
 
@@ -225,18 +230,28 @@ def _joined_seqs(blocks: Sequence[Block]) -> Sequence[int]:
     return Runs(starts, counts, 1)
 
 
-def _joined_column(columns: list[Any], blocks: Sequence[Block]) -> Any:
-    """Keys or attributes: None when no block has any; `Runs` when each block's are
-    alike (the keys of an ordered Publisher's batches); else one list."""
+def _joined_keys(blocks: Sequence[Block]) -> Sequence[str | None] | None:
+    """The keys: `Runs` when each block has one key or none (an ordered Publisher's
+    batches), else as `_joined_list`."""
+    columns = [b.keys for b in blocks]
     if columns.count(None) == len(columns):
         return None
     sizes = [len(b.payloads) for b in blocks]
     firsts = [None if c is None else c[0] for c in columns]
-    if all(c is None or c.count(v) == n for c, v, n in zip(columns, firsts, sizes, strict=True)):
+    if all(c is None or c.count(k) == n for c, k, n in zip(columns, firsts, sizes, strict=True)):
         return Runs(firsts, sizes)
+    joined: list[str | None] = _joined_list(columns, blocks)
+    return joined
+
+
+def _joined_list(columns: list[Any], blocks: Sequence[Block]) -> Any:
+    """A column as one list (None when no block has one). Attributes are never runs: a
+    run would hand one dict to several messages."""
+    if columns.count(None) == len(columns):
+        return None
     joined: list[Any] = []
-    for column, size in zip(columns, sizes, strict=True):
-        joined += [None] * size if column is None else column
+    for column, block in zip(columns, blocks, strict=True):
+        joined += [None] * len(block.payloads) if column is None else column
     return joined
 
 
@@ -311,7 +326,7 @@ class Runs(Sequence[Any]):
 
     def count(self, value: Any) -> int:
         if self.step:
-            return sum(map(value.__eq__, self))
+            return sum(1 for item in self if item == value)
         return sum(n for v, n in zip(self.values, self.counts, strict=True) if v == value)
 
     def __eq__(self, other: object) -> bool:  # equal to any sequence of the same items

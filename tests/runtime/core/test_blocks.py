@@ -192,3 +192,27 @@ def test_an_ordered_publisher_s_blocks_join_as_runs_and_cross_as_runs() -> None:
     assert batch == WorkBatch.of_envelopes(1, "g", "t", list(joined), None)
     assert len(pickle.dumps(batch)) < len(pickle.dumps(
         WorkBatch.of_envelopes(1, "g", "t", list(joined), None))) - 600
+
+
+def test_joined_attributes_stay_each_message_s_own_dict() -> None:
+    first = Block(range(1, 3), [b"a", b"b"], None, [{"x": "1"}, {"x": "1"}], "t", 1.0)
+    second = Block(range(3, 4), [b"c"], None, None, "t", 1.0)
+
+    joined = Block.join([first, second])
+
+    assert joined.attributes == [{"x": "1"}, {"x": "1"}, None]
+    assert joined.attributes[0] is first.attributes[0]
+    assert joined.attributes[1] is first.attributes[1]
+
+
+def test_empty_blocks_join_as_nothing() -> None:
+    empty = Block(range(5, 5), [], None, None, "t", 1.0)
+
+    assert list(Block.join([empty, _block(1, 2), empty])) == _tuples(_block(1, 2))
+    assert len(Block.join([empty, empty])) == 0
+
+
+def test_counting_in_runs_compares_every_item() -> None:
+    assert Runs([1, 10], [3, 2], 1).count(None) == 0
+    assert Runs([1, 10], [3, 2], 1).count(11) == 1
+    assert Runs(["a", None], [3, 2]).count(None) == 2
