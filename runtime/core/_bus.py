@@ -13,9 +13,9 @@ from actors import ActorSystem, Event
 from runtime.core._outcome import PublishReport
 from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
-from runtime.core._timer import Timer
 from runtime.core._topic import Topic
 from runtime.core.settlement._dead_letters import DeadLetterQueue
+from runtime.core.settlement._timer import Timer
 
 if TYPE_CHECKING:
     from runtime.broker._server import BusServer

@@ -19,11 +19,11 @@ from runtime.core._replay import Replay
 from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core._subscribing import Subscribing
-from runtime.core._timer import Timer
 from runtime.core._topic_actor import BatchSeam, TopicActor
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.settlement._timer import Timer
 from runtime.core.settlement._tracker import SWEEP, TICK, TrackerActor
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscribers import Subscribers
