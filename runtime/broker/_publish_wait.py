@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._staged_rows import Stamped
-from runtime.core._envelope import join_envelopes
+from runtime.core._block import join_envelopes
 from runtime.core._message import Message
 from runtime.errors import TopicClosedError, WouldBlock
 

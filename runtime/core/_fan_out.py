@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._envelope import Envelope, keys_of
+from runtime.core._block import keys_of
+from runtime.core._envelope import Envelope
 from runtime.core._outcome import Outcome
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._envelope import Block, Envelope, MessageIds, message_id, seqs_of
+from runtime.core._block import Block, seqs_of
+from runtime.core._envelope import Envelope, MessageIds, message_id
 from runtime.core._fan_out import FanOut
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of

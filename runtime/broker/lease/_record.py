@@ -23,16 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from runtime.core._envelope import (
-    ATTRIBUTES,
-    KEY,
-    PAYLOAD,
-    STAMP_TIME,
-    Block,
-    Envelope,
-    message_id,
-    message_ids,
-)
+from runtime.core._block import Block
+from runtime.core._envelope import ATTRIBUTES, KEY, PAYLOAD, STAMP_TIME, Envelope, message_id, message_ids
 from runtime.core._message import NO_ATTRIBUTES, Message
 
 __all__ = [

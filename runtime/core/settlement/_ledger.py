@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._envelope import SEQ, Envelope, seqs_of
+from runtime.core._block import seqs_of
+from runtime.core._envelope import SEQ, Envelope
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._admission import Admission

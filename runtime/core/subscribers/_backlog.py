@@ -7,7 +7,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 
-from runtime.core._envelope import KEY, SEQ, Block, Envelope, join_envelopes
+from runtime.core._block import Block, join_envelopes
+from runtime.core._envelope import KEY, SEQ, Envelope
 from runtime.core.subscribers._arrivals import Chunk, KeyMark
 from runtime.core.subscribers._group_mail import Endpoint
 from runtime.core.subscribers._key_routing import Fifo, sort_by_key

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, groupby, islice, repeat
 from typing import Protocol
 
-from runtime.core._envelope import Envelope, join_envelopes, keys_of
+from runtime.core._block import join_envelopes, keys_of
+from runtime.core._envelope import Envelope
 
 __all__ = ["Fifo", "sort_by_key", "take_share"]
 

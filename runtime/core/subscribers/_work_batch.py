@@ -17,7 +17,8 @@ from operator import itemgetter
 from typing import Any
 
 from actors import Actor
-from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Block, Envelope
+from runtime.core._block import Block
+from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Envelope
 from runtime.core.settlement._claims import all_acked
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
