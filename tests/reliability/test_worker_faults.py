@@ -272,3 +272,59 @@ def test_exiting_handler_restarts_only_its_worker(figures: Any) -> None:  # noqa
     steady = {n: p for n, p in before.items() if n.startswith("bus/t/workers:3-")}
     assert steady == {n: p for n, p in after.items() if n.startswith("bus/t/workers:3-")}
     assert sorted(thread_seen) == list(range(total))
+
+
+# -- 1b. The same through a Publisher: messages cross the topic as columns (blocks) ---------------
+
+def _column_recorder(directory: str) -> Any:
+    def handler(delivery: Delivery[Any]) -> None:
+        message = delivery.message
+        append_line(directory, json.dumps([
+            message.message_id, message.ordering_key, dict(message.attributes),
+            message.data.decode(), message.publish_time > 0]))
+        delivery.ack()
+
+    return handler
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("ordering", [False, True])
+def test_sigkilled_workers_lose_nothing_of_publisher_batches_and_mix_up_no_column(
+    tmp_path: Path, ordering: bool,
+) -> None:
+    total, kills = 20_000, 4
+    kill_points = {total * (i + 1) // (kills + 1) for i in range(kills)}
+    rng = random.Random(31)
+    sent: dict[str, tuple[str | None, dict[str, str], str]] = {}
+
+    with Bus() as bus:
+        watch = RestartWatch(bus.system)
+        topic = bus.create_topic("t", max_delivery_attempts=3, balanced_capacity=1024)
+        topic.subscribe(_column_recorder(str(tmp_path)), group="g", workers=2)
+        publisher = topic.publisher(message_ordering=ordering)
+        futures = []
+        for n in range(total):
+            key = f"k{n % 5}" if ordering and n % 7 else None
+            attributes = {"n": str(n)} if n % 3 == 0 else {}
+            futures.append((publisher.publish(str(n).encode(), attributes, key), key, attributes, n))
+            if n in kill_points:
+                name, pid = rng.choice(sorted(worker_pids(bus).items()))
+                killed_at = time.time()
+                os.kill(pid, signal.SIGKILL)
+                assert watch.restarted_after(name, killed_at, timeout=10.0) is not None
+        publisher.flush(60)
+        for future, key, attributes, n in futures:
+            sent[future.result(timeout=60)] = (key, attributes, str(n))
+        assert topic.join(timeout=120)
+        stats = topic.stats()
+        letters = list(topic.dead_letters)
+
+    handled = [json.loads(line) for line in read_lines(tmp_path)]
+    assert stats.published == total and stats.pending == 0
+    assert stats.delivered + stats.dead_lettered == total
+    assert stats.redelivered + len(letters) > 0  # the kills took hand-overs in flight
+    assert {d.reason for d in letters} <= {"worker_crashed"}
+    acked_or_lettered = {m[0] for m in handled} | {d.message_id for d in letters}
+    assert acked_or_lettered == set(sent)
+    for message_id, key, attributes, data, stamped in handled:
+        assert (key, attributes, data) == sent[message_id] and stamped
