@@ -17,8 +17,9 @@ from runtime.broker._publish_wait import PublishWaiting
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
 from runtime.broker._staging import StagingArea
+from runtime.broker.lease._ipc import lease_ipc
 from runtime.broker.lease._log import LeaseLog
-from runtime.broker.lease._record import LeasedDelivery, lease_ipc
+from runtime.broker.lease._record import LeasedDelivery
 from runtime.core._message import Message, parts_of
 from runtime.core.settlement._claims import fail_delivery
 from runtime.errors import TopicNotFoundError

@@ -6,7 +6,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-from runtime.broker.lease._record import END_KEY
+from runtime.broker.lease._ipc import END_KEY
 
 __all__ = ["SOURCE_SCHEMA", "check_sink_schema", "record_batch", "sink_batch", "sink_ipc"]
 

@@ -8,11 +8,7 @@ A record is a named tuple, not a dataclass: one is built per leased message on t
 broker's hot path (a tuple costs a fraction of a frozen dataclass), and a range of them
 transposes into columns with one ``zip``.
 
-`lease_ipc` serves a range to Spark as one Arrow IPC stream: the
-columns go into Arrow arrays in C loops, and the reply crosses the wire as a single
-``bytes`` value, so neither side walks one Python object per row (no reply check, no
-restricted-unpickler audit of a row list). pyarrow is imported on first use: a broker
-that serves no Spark query never needs it.
+`LeaseColumns` holds a range of them as columns; `_ipc.lease_ipc` serves it to Spark.
 """
 
 from __future__ import annotations
@@ -28,8 +24,8 @@ from runtime.core._envelope import ATTRIBUTES, KEY, PAYLOAD, STAMP_TIME, Envelop
 from runtime.core._message import NO_ATTRIBUTES, Message
 
 __all__ = [
-    "COLUMNS", "END_KEY", "LeaseColumns", "LeaseRecord", "LeasedDelivery", "PayloadError",
-    "encode_payload", "envelope_columns", "lease_ipc", "record_of",
+    "COLUMNS", "LeaseColumns", "LeaseRecord", "LeasedDelivery", "PayloadError",
+    "encode_payload", "envelope_columns", "record_of",
 ]
 
 
@@ -250,63 +246,3 @@ def _text_map(attributes: Any) -> dict[str, str]:
 
 COLUMNS = LeaseRecord._fields
 _FIELDS = [operator.itemgetter(i) for i in range(len(COLUMNS))]
-END_KEY = b"actorbus.end"
-
-
-def lease_ipc(columns: LeaseColumns, end: int | None = None) -> bytes:
-    """``columns`` as one Arrow IPC stream of one record batch, in `COLUMNS` order:
-    string, string, binary, map<string,string>, timestamp[us, UTC], int32.
-
-    ``end``, when given, is stored in the schema's metadata (``END_KEY``): the offset
-    the batch covers up to, where the reader's next fetch starts.
-
-    Keys that are not valid UTF-8 (binary sink keys kept with ``surrogateescape``)
-    have their bad bytes replaced: Arrow strings must be UTF-8.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    ids, keys, payloads, attributes, times, attempts = columns
-    stamps = pc.multiply(pa.array(times, pa.float64()), 1_000_000)  # seconds -> us, truncated
-    arrays = [
-        pa.array(ids, pa.string()),
-        _key_array(pa, keys),
-        pa.array(payloads, pa.binary()),
-        _map_array(pa, attributes),
-        stamps.cast(pa.int64(), safe=False).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(attempts, pa.int32()),
-    ]
-    metadata = None if end is None else {END_KEY: str(end)}
-    batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
-        [pa.field(name, array.type) for name, array in zip(COLUMNS, arrays, strict=True)],
-        metadata=metadata))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _key_array(pa: Any, keys: Sequence[str | None]) -> Any:
-    try:
-        return pa.array(keys, pa.string())
-    except UnicodeEncodeError:  # a lone surrogate: a binary key that is not UTF-8
-        return pa.array([None if k is None else k.encode("utf-8", "surrogateescape").decode(
-            "utf-8", "replace") for k in keys], pa.string())
-
-
-def _map_array(pa: Any, attributes: Sequence[dict[str, str]]) -> Any:
-    """The attribute maps as one Arrow map column; no per-row work when all are empty."""
-    kind = pa.map_(pa.string(), pa.string())
-    if not any(attributes):
-        offsets = pa.array([0] * (len(attributes) + 1), pa.int32())
-        empty = pa.array([], pa.string())
-        return pa.MapArray.from_arrays(offsets, empty, empty, type=kind)
-    bounds, names, values = [0], list[str](), list[str]()
-    for mapping in attributes:
-        if mapping:  # None is no attributes
-            names += mapping.keys()
-            values += mapping.values()
-        bounds.append(len(names))
-    return pa.MapArray.from_arrays(
-        pa.array(bounds, pa.int32()), pa.array(names, pa.string()), pa.array(values, pa.string()),
-        type=kind)

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from runtime import Bus, Message
-from runtime.broker.lease._record import COLUMNS, LeaseColumns, LeaseRecord, lease_ipc, record_of
+from runtime.broker.lease._ipc import lease_ipc
+from runtime.broker.lease._record import COLUMNS, LeaseColumns, LeaseRecord, record_of
 
 
 def received(topic: Any, count: int) -> list[Any]:
