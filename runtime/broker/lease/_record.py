@@ -169,10 +169,15 @@ _KEY, _DATA, _ATTRS, _STAMP = (operator.itemgetter(i) for i in (
     KEY, PAYLOAD, ATTRIBUTES, STAMP_TIME))
 
 
-def envelope_columns(
-    envelopes: Sequence[Envelope], now: float,
-) -> tuple[list[str], list[str | None], list[bytes], list[dict[str, str]], list[float],
-           list[tuple[int, str]]]:
+# (id, key, payload, attributes, published_at) columns, and (position, error) of the rows
+# left out.
+EnvelopeColumns = tuple[
+    list[str], list["str | None"], list[bytes], list[dict[str, str]], list[float],
+    list[tuple[int, str]],
+]
+
+
+def envelope_columns(envelopes: Sequence[Envelope], now: float) -> EnvelopeColumns:
     """The (id, key, payload, attributes, published_at) columns of topic envelopes, and
     the (position, error) of each whose message cannot be encoded (its row is absent).
 
@@ -201,10 +206,7 @@ def envelope_columns(
             columns.published_at, bad)
 
 
-def _block_columns(
-    block: Block,
-) -> tuple[list[str], list[str | None], list[bytes], list[dict[str, str]], list[float],
-           list[tuple[int, str]]]:
+def _block_columns(block: Block) -> EnvelopeColumns:
     """`envelope_columns` of a block of bytes payloads, column by column."""
     size, seqs, stamps, attributes = len(block), block.seqs, block.stamps, block.attributes
     ids = (message_ids(seqs.start, size) if type(seqs) is range and seqs.start > 0
