@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._block import Block, seqs_of
+from runtime.core._block import Block
 from runtime.core._envelope import Envelope, MessageIds, message_id
 from runtime.core._fan_out import FanOut
 from runtime.core._future import MessageFuture
@@ -189,7 +189,7 @@ class PublishPath(FanOut):
             TopicClosedError, MessageTypeError: nothing of the batch was accepted.
             TypeError: a key is not a str or None (nothing of the batch is published).
         """
-        return self._publish(self.stamp_parts(datas, attributes, keys), stamped=True)
+        return self.publish_envelopes(self.stamp_parts(datas, attributes, keys))
 
     def stamp_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
@@ -210,10 +210,6 @@ class PublishPath(FanOut):
         Raises:
             PartlyPublished, TopicClosedError: as `publish_parts`.
         """
-        return self._publish(envelopes, stamped=False)
-
-    def _publish(self, envelopes: Sequence[Envelope], *, stamped: bool) -> Sequence[str]:
-        """Steps 3-5; ``stamped``: ``envelopes`` are one `envelopes` call's, in order."""
         if self._ledger.closed:
             raise TopicClosedError(self._topic)
         settings = self._settings
@@ -222,9 +218,9 @@ class PublishPath(FanOut):
         else:
             accepted, error = self._publish_each(envelopes)
         if error is None:
-            return _ids(envelopes, stamped)
+            return _ids(envelopes)
         if accepted:
-            raise PartlyPublished(list(_ids(envelopes[:accepted], stamped)), error) from error
+            raise PartlyPublished(list(_ids(envelopes[:accepted])), error) from error
         raise error
 
     def _publish_chunks(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
@@ -272,12 +268,11 @@ class PublishPath(FanOut):
             raise
 
 
-def _ids(envelopes: Sequence[Envelope], stamped: bool) -> Sequence[str]:
-    """The ids of ``envelopes`` in order: spelled when read (`MessageIds`) when they are
-    one stamping's (increasing numbers) and their numbers follow each other."""
-    if stamped and envelopes:
-        seqs = seqs_of(envelopes)
-        first = seqs[0]
-        if seqs[-1] - first == len(seqs) - 1:
-            return MessageIds(first, len(seqs))
+def _ids(envelopes: Sequence[Envelope]) -> Sequence[str]:
+    """The ids of ``envelopes`` in order. A block's are its numbers (none has an id of its
+    own), spelled when read (`MessageIds`) when they follow each other: 37 against 102 ns
+    per message, read through envelopes, for a staged block of 5,000."""
+    if type(envelopes) is Block:
+        seqs = envelopes.seqs
+        return MessageIds(seqs.start, len(seqs)) if type(seqs) is range else list(map(str, seqs))
     return list(map(message_id, envelopes))
