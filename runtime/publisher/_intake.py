@@ -14,17 +14,18 @@ __all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
 # A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
 # future, size, counted. ``counted`` is True when the flow-control gate counted the
 # message at publish (limits in force), False when nothing limits the Publisher and the
-# actor counts it when it takes the message.
+# actor counts it when it takes the message, and None when a credit admitted it (the gate
+# counted the message, the actor counts its bytes).
 WIDTH = 6
 # Spare futures an intake keeps: twice the last drain's messages and 1,024 more, at most
 # 65,536 (~9 MiB). A fast publisher adds tens of thousands between two drains (each waits
 # for the interpreter's switch interval); every full collection walks the spares.
 SPARES = 65_536
 SPARES_FLOOR = 1_024
-Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, bool]
+Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, "bool | None"]
 Columns = tuple[
     list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],
-    list[bool],
+    list["bool | None"],
 ]
 
 
@@ -42,9 +43,10 @@ class Intake:
     Only the actor removes, and only a prefix (`take`): appends made meanwhile stay.
 
     With no flow-control limits the publisher takes no lock at all: admission cannot
-    fail, so the gate counts the message when the actor takes it (`uncounted`). With
-    limits, the publisher adds while holding the gate's lock, after admission. One list
-    serves both, so order holds whatever the mix.
+    fail, so the gate counts the message when the actor takes it (`uncounted`). Nor
+    does one that pops a credit of the gate (its bytes are counted then). Otherwise,
+    with limits, the publisher adds while holding the gate's lock, after admission. One
+    list serves all, so order holds whatever the mix.
 
     The actor's final stop `seal`s the intake; a publisher racing that stop finds the
     seal after its append and fails what is left (see `Publisher`), so every future
@@ -104,14 +106,17 @@ def _columns(rows: list[Any], end: int) -> Columns:
             rows[4:end:WIDTH], rows[5:end:WIDTH])
 
 
-def uncounted(sizes: list[int], counted: list[bool]) -> tuple[int, int]:
-    """(messages, bytes) of the rows whose ``counted`` flag is False."""
+def uncounted(sizes: list[int], counted: list[bool | None]) -> tuple[int, int]:
+    """(messages, bytes) the gate has not counted: both for a row whose ``counted`` flag
+    is False, the bytes for one admitted by a credit (None)."""
     if True not in counted:
-        return len(sizes), sum(sizes)
-    if False not in counted:
+        if None not in counted:
+            return len(sizes), sum(sizes)
+        if False not in counted:
+            return 0, sum(sizes)
+    elif False not in counted and None not in counted:
         return 0, 0
-    flags = [not flag for flag in counted]
-    return flags.count(True), sum(compress(sizes, flags))
+    return counted.count(False), sum(compress(sizes, [flag is not True for flag in counted]))
 
 
 def reap(intake: Intake, gate: FlowGate, error: Callable[[], BaseException]) -> None:

@@ -165,12 +165,20 @@ class Publisher(Submitting):
         except IndexError:
             future = MessageFuture()
         if gate.free:
-            intake.rows.extend((data, checked, ordering_key, future, size, False))
+            counted: bool | None = False
+        else:  # a credit if there is one (see FlowGate): admitted without the lock
+            credits = gate.credits
+            try:
+                counted = None if credits and credits.pop() else True
+            except IndexError:  # another publisher took the last one since
+                counted = True
+        if counted is True:
+            self._submit_limited((data, checked, ordering_key, future, size, True))
+        else:
+            intake.rows.extend((data, checked, ordering_key, future, size, counted))
             if not intake.armed:
                 intake.armed = True
                 self._tell(DRAIN)
-        else:
-            self._submit_limited((data, checked, ordering_key, future, size, True))
         if intake.sealed:  # the actor stopped for good, maybe racing this call
             reap(intake, gate, closed_error)
         return future

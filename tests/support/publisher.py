@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from runtime.core._message import Message
 from runtime.publisher._batching import BatchSettings
+from runtime.publisher._flow_control import FlowGate
 
 LONG = 60.0  # seconds: a batch latency no test waits for
 
@@ -97,3 +99,42 @@ class FakeTopic:
         with self._condition:
             taken, self.held = self.held[:count], self.held[count:]
         return taken
+
+
+class Threads:
+    """Runs gate acquires in threads; each result is a future (None or the raised error)."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def acquire(
+        self, gate: FlowGate, size: int, on_block: Callable[[], None] | None = None
+    ) -> Future[None]:
+        result: Future[None] = Future()
+
+        def run() -> None:
+            try:
+                gate.acquire(size, on_block=on_block)
+            except BaseException as exc:
+                result.set_exception(exc)
+            else:
+                result.set_result(None)
+
+        thread = threading.Thread(target=run)
+        self.threads.append(thread)
+        thread.start()
+        return result
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=5.0)
+
+
+def wait_for_waiters(gate: FlowGate, count: int) -> None:
+    """Until ``count`` acquires block on ``gate`` (bounded: five seconds)."""
+    event = threading.Event()
+    for _ in range(500):
+        if gate.waiting >= count:
+            return
+        event.wait(0.01)
+    raise AssertionError(f"expected {count} waiters, have {gate.waiting}")

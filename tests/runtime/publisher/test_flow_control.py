@@ -4,61 +4,15 @@ from __future__ import annotations
 
 import pickle
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 
 import pytest
+from support.publisher import Threads, wait_for_waiters
 
 from runtime.errors import FlowControlError, PublishError
 from runtime.publisher._flow_control import FlowControl, FlowGate
 
 MESSAGES_TEXT = "Flow control: max outstanding messages exceeded"
 BYTES_TEXT = "Flow control: max outstanding bytes exceeded"
-
-
-class Threads:
-    """Runs acquires in threads; each result is a future (None or the raised error)."""
-
-    def __init__(self) -> None:
-        self.threads: list[threading.Thread] = []
-
-    def acquire(
-        self, gate: FlowGate, size: int, on_block: Callable[[], None] | None = None
-    ) -> Future[None]:
-        result: Future[None] = Future()
-
-        def run() -> None:
-            try:
-                gate.acquire(size, on_block=on_block)
-            except BaseException as exc:
-                result.set_exception(exc)
-            else:
-                result.set_result(None)
-
-        thread = threading.Thread(target=run)
-        self.threads.append(thread)
-        thread.start()
-        return result
-
-    def join(self) -> None:
-        for thread in self.threads:
-            thread.join(timeout=5.0)
-
-
-@pytest.fixture
-def threads() -> Iterator[Threads]:
-    runner = Threads()
-    yield runner
-    runner.join()
-
-
-def wait_for_waiters(gate: FlowGate, count: int) -> None:
-    event = threading.Event()
-    for _ in range(500):
-        if gate.waiting >= count:
-            return
-        event.wait(0.01)
-    raise AssertionError(f"expected {count} waiters, have {gate.waiting}")
 
 
 @pytest.mark.parametrize(
