@@ -197,3 +197,38 @@ def test_a_publish_racing_close_still_settles(system: ActorSystem) -> None:
     assert all(isinstance(error, PublishError) for error in outcomes if error is not None)
     assert sum(len(batch) for batch in topic.batches) == len(confirmed)
     assert pub.outstanding == (0, 0)
+
+
+def test_limits_changing_under_racing_publishers_lose_nothing(system: ActorSystem) -> None:
+    topic = FakeTopic()
+    pub = Publisher(topic, system=system, batching=batching(max_messages=5),
+                    flow_control=FlowControl(max_outstanding_messages=20))
+    results: list[list[Future[str]]] = [[] for _ in range(3)]
+    done = threading.Event()
+
+    def publish_all(index: int) -> None:
+        results[index] = [pub.publish(b"%d-%d" % (index, n)) for n in range(3_000)]
+
+    def change_limits() -> None:  # limited, unlimited, bytes-limited (no credits), again
+        settings = [FlowControl(max_outstanding_messages=7), FlowControl(),
+                    FlowControl(max_outstanding_messages=20, max_outstanding_bytes=10_000)]
+        turn = 0
+        while not done.is_set():
+            pub.set_options(flow_control=settings[turn % len(settings)])
+            turn += 1
+
+    workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(3)]
+    changer = threading.Thread(target=change_limits)
+    changer.start()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60.0)
+    done.set()
+    changer.join(timeout=10.0)
+    pub.close(timeout=10.0)
+
+    ids = [future.result(timeout=0) for futures in results for future in futures]
+    assert len(set(ids)) == len(ids) == 9_000
+    assert sum(len(batch) for batch in topic.batches) == 9_000
+    assert (pub.outstanding, pub._gate.credits) == ((0, 0), [])
