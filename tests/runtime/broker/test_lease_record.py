@@ -72,3 +72,19 @@ def test_a_range_crosses_as_arrow_ipc_with_every_column_as_it_was() -> None:
     assert micros == [1_500_000, 2_000_001, 3_250_000]
     assert table.column("attempt").to_pylist() == [1, 3, 2]
     assert pa.ipc.open_stream(lease_ipc(LeaseColumns.of_records([]))).read_all().num_rows == 0
+
+
+@pytest.mark.parametrize("stamp", [1.5, 1_700_000_000.123_456_7, 1_700_000_000.999_999_9, 2.000_001])
+def test_columns_alike_in_every_row_cross_as_the_general_path_writes_them(stamp: float) -> None:
+    pa = pytest.importorskip("pyarrow")
+    alike = [LeaseRecord(f"m{i}", None, b"p%d" % i, {}, stamp, 2) for i in range(4)]
+    # One row that differs makes every column go through the general conversion.
+    mixed = [*alike, LeaseRecord("m4", "k", b"p4", {"x": "1"}, stamp + 1, 1)]
+
+    fast = pa.ipc.open_stream(lease_ipc(LeaseColumns.of_records(alike))).read_all()
+    general = pa.ipc.open_stream(lease_ipc(LeaseColumns.of_records(mixed))).read_all().slice(0, 4)
+
+    assert fast.schema.equals(general.schema)
+    for name in COLUMNS:
+        assert fast.column(name).to_pylist() == general.column(name).to_pylist(), name
+    assert fast.column("published_at").cast(pa.int64()).to_pylist() == [int(stamp * 1e6)] * 4
