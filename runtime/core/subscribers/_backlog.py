@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from runtime.core._block import Block, join_envelopes
-from runtime.core._envelope import KEY, SEQ, Envelope
+from runtime.core._envelope import SEQ, Envelope
 from runtime.core.subscribers._arrivals import Chunk, KeyMark
 from runtime.core.subscribers._group_mail import Endpoint
-from runtime.core.subscribers._key_routing import Fifo, sort_by_key
+from runtime.core.subscribers._key_routing import Fifo, sort_by_key, split_keyed
 
 __all__ = ["Backlog"]
 
@@ -113,11 +113,11 @@ class Backlog:
             self._retries.extend(items)
 
     def _rebucket(self) -> None:
-        """Re-route keyed messages after a membership change (per-key order kept)."""
-        keyed = [e for e in self._queue if e[KEY] is not None]
+        """Re-route keyed messages after a membership change (per-key order kept); the
+        queue's pieces without keys stay as they are."""
+        self._queue, keyed = split_keyed(self._queue.pieces())
         for bucket in self._buckets.values():
             keyed.extend(bucket)
-        self._queue = Fifo(e for e in self._queue if e[KEY] is None)
         self._buckets = {m.key: Fifo() for m in self._members}
         if len(self._members) > 1:
             self._accept(keyed)

@@ -11,7 +11,7 @@ from typing import Protocol
 from runtime.core._block import join_envelopes, keys_of
 from runtime.core._envelope import Envelope
 
-__all__ = ["Fifo", "sort_by_key", "take_share"]
+__all__ = ["Fifo", "sort_by_key", "split_keyed", "take_share"]
 
 # A chunk with fewer key changes than this share of its messages moves run by run.
 _RUNS_SHARE = 8
@@ -49,6 +49,13 @@ class Fifo:
             self._pieces.append(envelopes)
             self._count += len(envelopes)
 
+    def pieces(self) -> list[Sequence[Envelope]]:
+        """The queued pieces in order, the first from where taking stopped."""
+        pieces = list(self._pieces)
+        if pieces and self._head:
+            pieces[0] = pieces[0][self._head:]
+        return pieces
+
     def clear(self) -> None:
         self._pieces.clear()
         self._head = self._count = 0
@@ -75,6 +82,22 @@ class Fifo:
             head, need = 0, need - left
         self._head = head
         return join_envelopes(taken) if taken else []
+
+
+def split_keyed(pieces: list[Sequence[Envelope]]) -> tuple[Fifo, list[Envelope]]:
+    """``pieces``' unkeyed messages as a `Fifo` and their keyed ones as a list, each in
+    order. A piece without keys joins the queue as it is: a group's backlog of blocks is
+    not rebuilt message by message when its members change (it was, as one list of
+    envelopes, which every later hand-over then read message by message)."""
+    queue, keyed = Fifo(), list[Envelope]()
+    for piece in pieces:
+        keys = keys_of(piece)
+        if keys.count(None) == len(keys):
+            queue.extend(piece)
+            continue
+        queue.extend([e for e, key in zip(piece, keys, strict=True) if key is None])
+        keyed.extend(e for e, key in zip(piece, keys, strict=True) if key is not None)
+    return queue, keyed
 
 
 class _Queue(Protocol):  # a `Fifo`, or a deque in tests

@@ -13,7 +13,7 @@ import pytest
 from runtime.broker.lease._record import envelope_columns
 from runtime.core._block import Block, Runs, join_envelopes, keys_of, seqs_of
 from runtime.core._envelope import message_of
-from runtime.core.subscribers._key_routing import Fifo, sort_by_key, take_share
+from runtime.core.subscribers._key_routing import Fifo, sort_by_key, split_keyed, take_share
 from runtime.core.subscribers._work_batch import WorkBatch
 
 
@@ -115,6 +115,23 @@ def test_keyed_runs_of_a_block_are_routed_as_slices_in_order() -> None:
     for member, bucket in buckets.items():
         keys = {k for k in ("a", "b") if [1, 2][hash(k) % 2] == member}
         assert [e[0] for e in bucket] == [e[0] for e in block if e[3] in keys]
+
+
+def test_a_membership_change_keeps_a_backlog_s_unkeyed_blocks_as_they_are() -> None:
+    plain, keyed, later = _block(1, 6), _block(7, 6, keys=True), _block(13, 4)
+    fifo = Fifo()
+    for piece in (plain, keyed, later):
+        fifo.extend(piece)
+    fifo.take(2)
+
+    queue, keyed_out = split_keyed(fifo.pieces())
+
+    pieces = queue.pieces()
+    assert type(pieces[0]) is Block and pieces[0].seqs == range(3, 7)
+    assert pieces[2] is later  # a block without keys is queued as it is, not rebuilt
+    assert [e[0] for e in queue] == [3, 4, 5, 6, 8, 10, 12, 13, 14, 15, 16]
+    assert [(e[0], e[3]) for e in keyed_out] == [(7, "k1"), (9, "k0"), (11, "k2")]
+    assert list(fifo) == _tuples(plain)[2:] + _tuples(keyed) + _tuples(later)  # unchanged
 
 
 @pytest.mark.parametrize("keys", [False, True])
