@@ -74,7 +74,7 @@ class PublishWaiting:
         envelopes = join_envelopes(parts) if parts else []
         self._wait_published(topic, len(envelopes), [
             topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
-            for i in range(0, len(envelopes), _PUBLISH_CHUNK)])
+            for i in range(0, len(envelopes), _PUBLISH_CHUNK)], keep_ids=False)
 
     def _publish_parts(
         self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
@@ -86,14 +86,18 @@ class PublishWaiting:
             for i in range(0, len(datas), _PUBLISH_CHUNK)])
 
     def _wait_published(
-        self, topic: Any, count: int, futures: list[Future[Sequence[str]]],
+        self, topic: Any, count: int, futures: list[Future[Sequence[str]]], *,
+        keep_ids: bool = True,
     ) -> list[str]:
-        """The ids of ``count`` messages published as ``futures``, within the timeout."""
+        """The ids of ``count`` messages published as ``futures``, within the timeout
+        (none unless ``keep_ids``: a commit reads none, and ids are spelled when read)."""
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
         for future in futures:
             try:
-                ids += self._result(future, deadline, str(getattr(topic, "name", "")))
+                published = self._result(future, deadline, str(getattr(topic, "name", "")))
+                if keep_ids:
+                    ids += published
             except TimeoutError:
                 # Say what holds the publish (a full group, max_pending, a ring behind), not
                 # just that it timed out: a Spark commit shows this text to the user.

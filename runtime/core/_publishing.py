@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._block import Block
+from runtime.core._block import Block, Runs
 from runtime.core._envelope import Envelope, MessageIds, message_id
 from runtime.core._fan_out import FanOut
 from runtime.core._future import MessageFuture
@@ -274,5 +274,9 @@ def _ids(envelopes: Sequence[Envelope]) -> Sequence[str]:
     per message, read through envelopes, for a staged block of 5,000."""
     if type(envelopes) is Block:
         seqs = envelopes.seqs
-        return MessageIds(seqs.start, len(seqs)) if type(seqs) is range else list(map(str, seqs))
+        if type(seqs) is range:
+            return MessageIds(seqs.start, len(seqs))
+        if type(seqs) is Runs and seqs.step == 1 and len(seqs.values) == 1:
+            return MessageIds(seqs.values[0], len(seqs))  # a slice of joined staged parts
+        return list(map(str, seqs))
     return list(map(message_id, envelopes))

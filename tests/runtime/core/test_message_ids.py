@@ -60,3 +60,22 @@ def test_a_publisher_batch_s_ids_are_its_numbers_in_order() -> None:
         ids = topic._publish_parts([b"b"] * 2, [{"k": "v"}, {}], ["x", None]).result(5)
 
     assert before == ["1", "2", "3"] and ids == ["4", "5"]
+
+
+def test_staged_parts_joined_and_published_in_slices_get_their_own_ids() -> None:
+    from runtime.core._block import Block, join_envelopes
+
+    with Bus() as bus:
+        topic = bus.create_topic("ids", ack_timeout=None, balanced_capacity=10_000)
+        topic.create_group("g")
+        first = topic._stamp_parts([b"a"] * 30, [{}] * 30, [None] * 30)
+        topic._stamp_parts([b"x"] * 5, [{}] * 5, [None] * 5)  # staged elsewhere: a gap
+        second = topic._stamp_parts([b"b"] * 20, [{}] * 20, [None] * 20)
+        joined = join_envelopes([first, second])  # numbers 1-30 and 36-55: two runs
+
+        inside = topic._publish_envelopes(joined[5:25]).result(5)  # within the first run
+        across = topic._publish_envelopes(joined[25:40]).result(5)  # across both runs
+
+    assert type(joined) is Block
+    assert isinstance(inside, MessageIds) and inside == [str(n) for n in range(6, 26)]
+    assert across == [str(n) for n in [*range(26, 31), *range(36, 46)]]
