@@ -6,9 +6,10 @@ key has its own lane, and a paused key's messages fail here instead of entering 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TypeVar
+from operator import itemgetter
+from typing import Any
 
 from runtime.core._future import fail_future
 from runtime.core._message import NO_ATTRIBUTES
@@ -17,9 +18,7 @@ from runtime.publisher._batching import Batch, Batcher, Parts
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._sequencer import KeySequencer
 
-__all__ = ["COLUMNS_FROM", "Lanes", "lanes_of", "pick"]
-
-T = TypeVar("T")
+__all__ = ["COLUMNS_FROM", "Lanes", "lanes_of", "picker"]
 
 # Messages per lane (on average) from which a burst is split into columns per lane
 # rather than a row per message: picking five columns and slicing them into batches
@@ -68,11 +67,10 @@ class Lanes:
         closed: list[Batch] = []
         bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
         for key, at in lanes_of(keys).items():
-            count = len(at)
+            count, pick = len(at), picker(at)
             closed += self._columns(
-                key, pick(datas, at),
-                [NO_ATTRIBUTES] * count if bare else pick(attributes, at),
-                [key] * count, pick(futures, at), pick(sizes, at))
+                key, pick(datas), [NO_ATTRIBUTES] * count if bare else pick(attributes),
+                [key] * count, pick(futures), pick(sizes))
         return closed
 
     def _split_rows(
@@ -120,6 +118,11 @@ def lanes_of(keys: list[str | None]) -> dict[str | None, list[int]]:
     return lanes
 
 
-def pick(column: Sequence[T], indexes: list[int]) -> list[T]:
-    """The items of ``column`` at ``indexes``, in that order."""
-    return list(map(column.__getitem__, indexes))
+def picker(indexes: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
+    """A function giving the items of a column at ``indexes``, in that order: one
+    ``itemgetter`` call per column. For 1,000 messages of 16 keys, splitting three
+    columns took 103 ns per message with a ``__getitem__`` call per item, 77 with it."""
+    if len(indexes) < 2:  # an itemgetter of one index returns the item, not a tuple
+        return lambda column: [column[index] for index in indexes]
+    get = itemgetter(*indexes)
+    return lambda column: list(get(column))

@@ -285,3 +285,12 @@ def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_cap
     assert pub.paused_keys() == ["A"]
     assert pub.outstanding == (0, 0)
     pub.close(timeout=5.0)
+
+
+@pytest.mark.parametrize("indexes", [[], [2], [4, 0, 3], list(range(5))])
+def test_a_picker_takes_a_column_s_items_in_the_order_of_its_indexes(indexes: list[int]) -> None:
+    column = ["a", "b", "c", "d", "e"]
+
+    picked = _lanes.picker(indexes)(column)
+
+    assert picked == [column[i] for i in indexes] and type(picked) is list
