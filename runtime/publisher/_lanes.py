@@ -24,9 +24,10 @@ __all__ = ["COLUMNS_FROM", "Lanes", "lanes_of", "picker"]
 # rather than a row per message: picking five columns and slicing them into batches
 # costs a few microseconds per lane, a row tuple per message costs a little per message
 # (and, held by the thousand, full garbage collections). Per message, 16 keys
-# (`Batcher` calls included, collector on): 210 messages, rows 0.27 µs, columns
-# 0.43; 4,000 messages, rows 0.23, columns 0.20; 16,000, rows 0.36, columns 0.20.
-COLUMNS_FROM = 64
+# (`Lanes.add` with its `Batcher`, collector on, best of 7): 256 messages, rows 213-218
+# ns, columns 228-231; 320, 209-213 and 205-208; 400, 204-220 and 187-195; 1,000 (a
+# window of `FlowControl(1000)`), 202-212 and 164-170; 4,000, 311 and 144.
+COLUMNS_FROM = 24
 
 
 class Lanes:
