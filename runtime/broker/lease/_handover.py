@@ -100,7 +100,10 @@ def _hold_tranche(
     columns: LeaseColumns, owner: Tranche, indexes: Sequence[int], reject: Reject,
 ) -> list[int]:
     envelopes = owner.envelopes
-    if not (type(indexes) is range and len(indexes) == len(envelopes)):
+    if type(indexes) is range and indexes.step == 1:  # a part of a hand-over: a slice
+        if len(indexes) != len(envelopes):
+            envelopes = envelopes[indexes.start:indexes.stop]
+    else:
         envelopes = list(map(envelopes.__getitem__, indexes))
     ids, keys, payloads, attributes, times, bad = envelope_columns(envelopes, time.time())
     attempts = owner.attempts

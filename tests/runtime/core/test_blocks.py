@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -149,6 +150,28 @@ def test_lease_columns_of_a_block_are_those_of_its_envelopes() -> None:
     block = Block.join([_block(1, 4, keys=True, attrs=True), _block(5, 3, stamp=300.0)])
 
     assert envelope_columns(block, 0.0) == envelope_columns(list(block), 0.0)
+
+
+@pytest.mark.parametrize("indexes", [range(7), range(2, 6), range(5, 7), [1, 4, 6]])
+def test_a_lease_holds_part_of_a_block_hand_over_as_it_holds_its_envelopes(
+    indexes: Sequence[int],
+) -> None:
+    from runtime.broker.lease._handover import hold
+    from runtime.broker.lease._record import LeaseColumns
+    from runtime.core.settlement._tranche import Tranche
+
+    block = Block.join([_block(1, 4, keys=True, attrs=True), _block(5, 3, stamp=300.0)])
+    held = []
+    for envelopes in (block, list(block)):
+        columns = LeaseColumns([], [], [], [], [], [])
+        owners: list[Any] = []
+        at: list[int] = []
+        count = hold(columns, owners, at, Tranche(None, 1, "g", envelopes, None), indexes,
+                     lambda delivery, error: None)
+        held.append((count, tuple(columns), at))
+
+    assert held[0] == held[1] and held[0][0] == len(indexes) and held[0][2] == list(indexes)
+    assert held[0][1][0] == [str(block.seqs[i]) for i in indexes]
 
 
 def test_blocks_and_single_messages_stamped_at_once_never_share_a_number() -> None:
