@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
@@ -150,23 +151,32 @@ def test_threads_taking_credits_never_exceed_the_limit(system: ActorSystem) -> N
     pub = Publisher(topic, system=system, batching=batching(max_messages=7),
                     flow_control=FlowControl(max_outstanding_messages=50))
     topic.publisher = pub
-    results: list[list[Future[str]]] = [[] for _ in range(4)]
 
-    def publish_all(index: int) -> None:
-        results[index] = [pub.publish(b"%d-%d" % (index, n)) for n in range(2_000)]
+    ids = published_ids(pub, threads=4, each=2_000)
 
-    workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60.0)
-    pub.close(timeout=10.0)
-
-    ids = [future.result(timeout=0) for futures in results for future in futures]
     assert len(set(ids)) == len(ids) == 8_000
     assert sum(len(batch) for batch in topic.batches) == 8_000
     assert max(topic.seen) <= 50 and len(topic.seen) >= 8_000 // 50
     assert (pub.outstanding, pub._gate.credits) == ((0, 0), [])
+
+
+def published_ids(pub: Publisher, *, threads: int, each: int,
+                  before_close: Callable[[], None] = lambda: None) -> list[str]:
+    """Publish ``each`` distinct messages from each of ``threads`` threads at once; run
+    ``before_close``, close the Publisher, and return every future's id."""
+    results: list[list[Future[str]]] = [[] for _ in range(threads)]
+
+    def publish_all(index: int) -> None:
+        results[index] = [pub.publish(b"%d-%d" % (index, n)) for n in range(each)]
+
+    workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60.0)
+    before_close()
+    pub.close(timeout=10.0)
+    return [future.result(timeout=0) for futures in results for future in futures]
 
 
 def test_a_publish_racing_close_still_settles(system: ActorSystem) -> None:
@@ -203,11 +213,7 @@ def test_limits_changing_under_racing_publishers_lose_nothing(system: ActorSyste
     topic = FakeTopic()
     pub = Publisher(topic, system=system, batching=batching(max_messages=5),
                     flow_control=FlowControl(max_outstanding_messages=20))
-    results: list[list[Future[str]]] = [[] for _ in range(3)]
     done = threading.Event()
-
-    def publish_all(index: int) -> None:
-        results[index] = [pub.publish(b"%d-%d" % (index, n)) for n in range(3_000)]
 
     def change_limits() -> None:  # limited, unlimited, bytes-limited (no credits), again
         settings = [FlowControl(max_outstanding_messages=7), FlowControl(),
@@ -217,18 +223,14 @@ def test_limits_changing_under_racing_publishers_lose_nothing(system: ActorSyste
             pub.set_options(flow_control=settings[turn % len(settings)])
             turn += 1
 
-    workers = [threading.Thread(target=publish_all, args=(n,)) for n in range(3)]
     changer = threading.Thread(target=change_limits)
     changer.start()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60.0)
-    done.set()
-    changer.join(timeout=10.0)
-    pub.close(timeout=10.0)
+    try:
+        ids = published_ids(pub, threads=3, each=3_000, before_close=done.set)
+    finally:
+        done.set()
+        changer.join(timeout=10.0)
 
-    ids = [future.result(timeout=0) for futures in results for future in futures]
     assert len(set(ids)) == len(ids) == 9_000
     assert sum(len(batch) for batch in topic.batches) == 9_000
     assert (pub.outstanding, pub._gate.credits) == ((0, 0), [])
