@@ -121,10 +121,7 @@ class PublishPath(FanOut):
 
     def envelope(self, payload: Any, key: str | None, attributes: dict[str, str]) -> Envelope:
         """Accept one plain message: give it a sequence number (its id, `message_id`)."""
-        with self._seq_lock:
-            seq = self._next_seq
-            self._next_seq = seq + 1
-        return (seq, None, payload, key or None, attributes, self._topic, None)
+        return (self._take_seqs(1), None, payload, key or None, attributes, self._topic, None)
 
     def envelopes(
         self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
@@ -136,14 +133,19 @@ class PublishPath(FanOut):
         Empty attributes become None: a message with none holds no dict of its own.
         """
         size = len(datas)
-        with self._seq_lock:
-            first = self._next_seq
-            self._next_seq = first + size
+        first = self._take_seqs(size)
         return Block(
             range(first, first + size), datas, keys if keys.count(None) != size else None,
             [a or None for a in attributes] if any(attributes) else None, self._topic,
             time.time(),
         )
+
+    def _take_seqs(self, count: int) -> int:
+        """Reserve ``count`` consecutive message numbers; returns the first."""
+        with self._seq_lock:
+            first = self._next_seq
+            self._next_seq = first + count
+        return first
 
     def publish_one(
         self, message: Any, key: str | None, attributes: dict[str, str] | None,

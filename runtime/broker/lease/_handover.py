@@ -100,11 +100,10 @@ def _hold_tranche(
     columns: LeaseColumns, owner: Tranche, indexes: Sequence[int], reject: Reject,
 ) -> list[int]:
     envelopes = owner.envelopes
-    if type(indexes) is range and indexes.step == 1:  # a part of a hand-over: a slice
-        if len(indexes) != len(envelopes):
-            envelopes = envelopes[indexes.start:indexes.stop]
-    else:
+    if type(indexes) is not range or indexes.step != 1:
         envelopes = list(map(envelopes.__getitem__, indexes))
+    elif len(indexes) != len(envelopes):  # a part of a hand-over: a slice
+        envelopes = envelopes[indexes.start:indexes.stop]
     ids, keys, payloads, attributes, times, bad = envelope_columns(envelopes, time.time())
     attempts = owner.attempts
     held = list(indexes)

@@ -4,7 +4,7 @@ chunk in, taking a member's share out."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain, groupby, islice, repeat
 from typing import Protocol
 
@@ -26,11 +26,10 @@ class Fifo:
 
     __slots__ = ("_count", "_head", "_pieces")
 
-    def __init__(self, envelopes: Iterable[Envelope] = ()) -> None:
+    def __init__(self) -> None:
         self._pieces: deque[Sequence[Envelope]] = deque()
         self._head = 0  # of the first piece, how many were taken
         self._count = 0
-        self.extend(list(envelopes))
 
     def __len__(self) -> int:
         return self._count
@@ -95,8 +94,10 @@ def split_keyed(pieces: list[Sequence[Envelope]]) -> tuple[Fifo, list[Envelope]]
         if keys.count(None) == len(keys):
             queue.extend(piece)
             continue
-        queue.extend([e for e, key in zip(piece, keys, strict=True) if key is None])
-        keyed.extend(e for e, key in zip(piece, keys, strict=True) if key is not None)
+        unkeyed: list[Envelope] = []
+        for envelope, key in zip(piece, keys, strict=True):
+            (unkeyed if key is None else keyed).append(envelope)
+        queue.extend(unkeyed)
     return queue, keyed
 
 
