@@ -21,7 +21,6 @@ from multiprocessing.connection import Connection
 __all__ = ["FrameStalled", "send_frame"]
 
 _SHORT_LIMIT = 0x7FFFFFFF
-_COPY_LIMIT = 65536  # smaller frames go out in one piece with their header
 
 
 class FrameStalled(OSError):
@@ -31,7 +30,9 @@ class FrameStalled(OSError):
 def send_frame(conn: Connection, data: bytes, stall_timeout: float) -> None:
     """Send ``data`` as one frame on ``conn``; blocks only while the child takes data.
 
-    One sender at a time per connection (the caller ensures it).
+    One sender at a time per connection (the caller ensures it). The header and the data
+    leave in one ``sendmsg`` (no copy of the data to put the header in front of it, and
+    one system call where a large frame took two).
 
     Raises:
         FrameStalled: no byte went out for ``stall_timeout`` seconds.
@@ -41,22 +42,23 @@ def send_frame(conn: Connection, data: bytes, stall_timeout: float) -> None:
     header = struct.pack("!i", size) if size <= _SHORT_LIMIT else struct.pack("!iQ", -1, size)
     sock = socket.socket(fileno=conn.fileno())  # borrows the descriptor: detached below
     try:
-        if size < _COPY_LIMIT:
-            _send_all(sock, memoryview(header + data), stall_timeout)
-        else:
-            _send_all(sock, memoryview(header), stall_timeout)
-            _send_all(sock, memoryview(data), stall_timeout)
+        _send_all(sock, [memoryview(header), memoryview(data)], stall_timeout)
     finally:
         sock.detach()
 
 
-def _send_all(sock: socket.socket, view: memoryview, stall_timeout: float) -> None:
-    offset = 0
-    while offset < len(view):
+def _send_all(sock: socket.socket, views: list[memoryview], stall_timeout: float) -> None:
+    """Send every byte of ``views``, in order; a partial send drops what went out."""
+    while views:
         try:
-            offset += sock.send(view[offset:], socket.MSG_DONTWAIT)
+            sent = sock.sendmsg(views, (), socket.MSG_DONTWAIT)
         except BlockingIOError:
             _wait_for_room(sock, stall_timeout)
+            continue
+        while views and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if sent:
+            views[0] = views[0][sent:]
 
 
 def _wait_for_room(sock: socket.socket, stall_timeout: float) -> None:
