@@ -11,7 +11,7 @@ from typing import Any, overload
 
 from runtime.core._envelope import KEY, SEQ, Envelope
 
-__all__ = ["Block", "Runs", "join_envelopes", "keys_of", "seqs_of"]
+__all__ = ["Block", "Runs", "any_keyed", "join_envelopes", "keys_of", "seqs_of"]
 
 _SEQ_OF = itemgetter(SEQ)
 _KEY_OF = itemgetter(KEY)
@@ -247,3 +247,11 @@ def keys_of(envelopes: Sequence[Envelope]) -> Sequence[str | None]:
         keys = envelopes.keys
         return [None] * len(envelopes.payloads) if keys is None else keys
     return list(map(_KEY_OF, envelopes))
+
+
+def any_keyed(envelopes: Sequence[Envelope]) -> bool:
+    """Whether any of ``envelopes`` has a key."""
+    if type(envelopes) is Block:
+        keys = envelopes.keys
+        return keys is not None and keys.count(None) != len(keys)
+    return any(map(_KEY_OF, envelopes))

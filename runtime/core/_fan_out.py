@@ -17,7 +17,7 @@ from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import TopicClosedError
 
-__all__ = ["FanOut"]
+__all__ = ["FanOut", "Oversized"]
 
 # Times a publisher yields the GIL before overwriting unread broadcast entries.
 _LAG_YIELDS = 3
@@ -48,6 +48,10 @@ class FanOut:
             time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
         try:
             with self._ring.lock:
+                if len(envelopes) > self._ring.capacity and self._ring.subscriber_count:
+                    if slotted:
+                        self._ledger.release_slots(len(envelopes))
+                    raise Oversized  # a subscriber came since `PublishPath.room` sized it
                 self._wait_ring(len(envelopes), slotted, deadline)
                 subscribers = self._ring.subscriber_count
                 if not groups and not subscribers:
@@ -122,6 +126,11 @@ class FanOut:
             )
             balanced[group.name] = "dropped"
         return balanced
+
+
+class Oversized(Exception):
+    """A chunk sized past the ring's capacity while no broadcast subscriber read it met
+    one: nothing of it was taken; it goes again in chunks that fit the ring."""
 
 
 def _mark(keys: Sequence[str | None], keyed: bool) -> KeyMark:

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._block import Block, Runs
+from runtime.core._block import Block, Runs, any_keyed
 from runtime.core._envelope import Envelope, MessageIds, message_id
-from runtime.core._fan_out import FanOut
+from runtime.core._fan_out import FanOut, Oversized
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import Outcome, PublishReport
@@ -21,6 +21,9 @@ from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 __all__ = ["PartlyPublished", "PublishPath", "check_keys"]
+
+# The largest chunk `PublishPath.room` makes (a Publisher's run of 16 batches of 100 fits).
+MAX_CHUNK = 4096
 
 _KEY_TYPES = frozenset({str, type(None)})
 
@@ -77,7 +80,8 @@ class PublishPath(FanOut):
         self._next_seq = 1  # the next message's number; taken under the lock
         self._seq_lock = threading.Lock()
         self._block = settings.balanced_on_full == "block"
-        # The most messages fanned out at once: a chunk fits a group's queue and the ring.
+        # The most messages fanned out at once: a chunk fits a group's queue and the ring
+        # (more while the members have room and nobody reads the ring: `room`).
         self.chunk = min(settings.balanced_capacity, settings.broadcast_capacity)
 
     def check(self, messages: list[Any]) -> None:
@@ -225,23 +229,43 @@ class PublishPath(FanOut):
             raise PartlyPublished(list(_ids(envelopes[:accepted])), error) from error
         raise error
 
+    def room(self, keyed: bool) -> int:
+        """The most messages one fan-out may take now: `chunk`, or, while no broadcast
+        subscriber reads the ring, as many as every group can take without waiting (its
+        queue's free room and what its members have free, up to `MAX_CHUNK`).
+
+        A group with idle members then takes a Publisher's run of batches as one chunk:
+        one reservation, one arrival and one sort by key where a chunk of 128 made eight.
+        A stuck group lends nothing, so what runs ahead of it is bounded as before.
+        """
+        chunk, groups = self.chunk, self._groups()
+        if not groups or self._ring.subscriber_count:
+            return chunk
+        return max(chunk, min(MAX_CHUNK, *(group.gate.free(keyed) for group in groups)))
+
     def _publish_chunks(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
         """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
         rest were refused (None: none was).
 
-        A chunk fits both a group's queue and (for a blocking ring) the ring; with
-        ``max_pending``, it is as many as there are free slots (waiting for one). A batch
-        is admitted chunk by chunk, not message by message: the same bound, and one
-        reservation and one entry in each group's arrivals per chunk instead of per message.
+        A chunk fits both a group's queue and (for a blocking ring) the ring, or the room
+        there is now (`room`); with ``max_pending``, it is as many as there are free slots
+        (waiting for one). A batch is admitted chunk by chunk, not message by message: the
+        same bound, and one reservation and one entry in each group's arrivals per chunk
+        instead of per message.
         """
-        max_pending, size = self._settings.max_pending, self.chunk
-        start = 0
+        max_pending = self._settings.max_pending
+        keyed = any_keyed(envelopes)
+        start, fitted = 0, max_pending is not None  # fitted: chunks sized to the ring
         while start < len(envelopes):
+            size = self.chunk if fitted else self.room(keyed)
             count = min(size, len(envelopes) - start)
             try:
                 if max_pending is not None:
                     count = self._ledger.take_slots(count, max_pending)
                 self._send_counted(envelopes[start:start + count], slotted=max_pending is not None)
+            except Oversized:
+                fitted = True  # nothing was taken: again, in chunks that fit the ring
+                continue
             except (WouldBlock, TopicClosedError) as exc:
                 return start, exc
             start += count
@@ -265,7 +289,7 @@ class PublishPath(FanOut):
         self._ledger.count("published", len(envelopes))
         try:
             self.fan_out(envelopes, None, self.admit(None) if admit else slotted, None)
-        except (WouldBlock, TopicClosedError):
+        except (WouldBlock, TopicClosedError, Oversized):
             self._ledger.count("published", -len(envelopes))  # refused whole: never entered
             raise
 

@@ -98,7 +98,7 @@ class TopicActor(Actor):
         its future or reply, never to the actor."""
         if isinstance(message, PublishBatch):
             if message.future.set_running_or_notify_cancel():
-                self._add(message, more=not self.actor_inbox.empty())
+                self._add(message, self._path.room(True), more=not self.actor_inbox.empty())
             return None
         if isinstance(message, PublishRun):
             self._publish_run(message)
@@ -111,15 +111,16 @@ class TopicActor(Actor):
         self._publish_waiting()
         return None
 
-    def _add(self, batch: PublishBatch, *, more: bool) -> None:
+    def _add(self, batch: PublishBatch, chunk: int, *, more: bool) -> None:
         """Queue ``batch`` behind the waiting ones; publish them unless ``more`` batches
-        follow at once and the next, if as large, would still fit the run's chunk."""
-        if self._count + len(batch.datas) > self._path.chunk:
+        follow at once and the next, if as large, would still fit the run's ``chunk``
+        (`PublishPath.room`)."""
+        if self._count + len(batch.datas) > chunk:
             self._publish_waiting()  # a batch that fits one chunk is never split
         self._waiting.append(batch)
         self._count += len(batch.datas)
         if not (
-            more and self._count + len(batch.datas) <= self._path.chunk
+            more and self._count + len(batch.datas) <= chunk
             and len(self._waiting) < _MAX_MERGED
         ):
             self._publish_waiting()
@@ -128,8 +129,9 @@ class TopicActor(Actor):
         """Publish a run's batches as consecutive `PublishBatch` messages would be, then
         reply once with their outcomes."""
         slots = [_Slot() for _ in run.parts]
+        chunk = self._path.room(True)
         for (datas, attributes, keys), slot in zip(run.parts, slots, strict=True):
-            self._add(PublishBatch(datas, attributes, keys, slot), more=True)
+            self._add(PublishBatch(datas, attributes, keys, slot), chunk, more=True)
         self._publish_waiting()
         try:
             run.reply([slot.outcome for slot in slots])

@@ -44,6 +44,8 @@ class Gate:
     the emptiest single member could take, since its messages may all go to that one
     (for a worker process running two hand-overs: its next one, see the group's
     `_keyed_room`).
+    A topic sizes its chunks to that room while nobody reads its broadcast ring (`free`,
+    `PublishPath.room`): a Publisher's run then enters as one chunk.
     Unkeyed messages the gate admits past the capacity are therefore handed on as soon
     as the group runs, and a stuck group (no room free) lends nothing but a stuck
     worker's next hand-over, to keyed messages: what a publisher can run ahead of it
@@ -143,6 +145,11 @@ class Gate:
 
     def _limit(self, keyed: bool) -> int:
         return self.capacity + (self.lent_keyed if keyed else self.lent)
+
+    def free(self, keyed: bool) -> int:
+        """Room a publish could take now without waiting (read without the lock: an
+        estimate, for sizing a chunk; `acquire` decides)."""
+        return max(0, self._limit(keyed) - self.used)
 
     def full(self) -> bool:
         """True while a publish (of keyed messages, the stricter) would wait."""
