@@ -28,13 +28,13 @@ MAX_CHUNK = 4096
 _KEY_TYPES = frozenset({str, type(None)})
 
 
-def check_keys(keys: list[Any]) -> None:
+def check_keys(keys: Sequence[Any]) -> None:
     """Refuse keys that are not a str or None (a group hashes them to pick a member).
 
     Raises:
         TypeError: naming the first bad key's type.
     """
-    if set(map(type, keys)) <= _KEY_TYPES:
+    if set(map(type, keys.values if type(keys) is Runs else keys)) <= _KEY_TYPES:
         return
     for key in keys:
         if key is not None and not isinstance(key, str):
@@ -129,7 +129,7 @@ class PublishPath(FanOut):
 
     def envelopes(
         self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
-        keys: list[str | None],
+        keys: Sequence[str | None],
     ) -> Block:
         """Accept Publisher messages: a new number (id) each, in increasing order, and the
         publish time (stamped lazily), as one `Block` (no envelope per message).
@@ -182,7 +182,7 @@ class PublishPath(FanOut):
         self._ledger.dead_letter_refused(envelope, reason, error)
 
     def publish_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: Sequence[str | None],
     ) -> Sequence[str]:
         """A Publisher batch, as parallel lists: the whole chain for each message.
 
@@ -198,7 +198,7 @@ class PublishPath(FanOut):
         return self.publish_envelopes(self.stamp_parts(datas, attributes, keys))
 
     def stamp_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: Sequence[str | None],
     ) -> Block:
         """Check a batch (keys, type) and accept it as envelopes; `publish_envelopes`
         publishes them, now or later (staged rows are stamped when staged).

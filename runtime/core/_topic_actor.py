@@ -8,9 +8,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Protocol
 
 from actors import Actor, Ref
+from runtime.core._block import Runs
 from runtime.core._message import Message, parts_of
 from runtime.core._publishing import PartlyPublished, PublishPath
 from runtime.core.settlement._ledger import Ledger
@@ -187,11 +189,10 @@ def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
     and the error for every batch after it."""
     datas: list[bytes] = []
     attributes: list[dict[str, str]] = []
-    keys: list[str | None] = []
     for batch in batches:
         datas += batch.datas
         attributes += batch.attributes
-        keys += batch.keys
+    keys = _merged_keys([batch.keys for batch in batches])
     error: BaseException | None = None
     try:
         ids = path.publish_parts(datas, attributes, keys)
@@ -209,6 +210,16 @@ def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
         else:
             batch.future.set_exception(_given(error))
         start = end
+
+
+def _merged_keys(columns: list[list[str | None]]) -> Sequence[str | None]:
+    """The key columns of merged batches as one: `Runs` when each batch has one key (an
+    ordered Publisher's), so the group routes the chunk a run at a time instead of
+    reading each message's key; else one list."""
+    columns = [keys for keys in columns if keys]
+    if all(keys.count(keys[0]) == len(keys) for keys in columns):
+        return Runs([keys[0] for keys in columns], [len(keys) for keys in columns])
+    return list(chain.from_iterable(columns))
 
 
 def _given(error: BaseException | None) -> BaseException:

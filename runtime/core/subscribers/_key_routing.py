@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from itertools import chain, groupby, islice, repeat
 from typing import Protocol
 
-from runtime.core._block import join_envelopes, keys_of
+from runtime.core._block import Runs, join_envelopes, keys_of
 from runtime.core._envelope import Envelope
 
 __all__ = ["Fifo", "sort_by_key", "split_keyed", "take_share"]
@@ -127,14 +127,16 @@ def sort_by_key(
     keys = keys_of(envelopes)
     count = len(members)
     alike = keys.count(keys[0]) == len(keys)  # most chunks: no key, or an ordered batch's one
+    merged = keys if type(keys) is Runs and not keys.step else None  # read run by run
     route: dict[str | None, _Queue] = {
         key: queue if key is None else buckets[members[hash(key) % count]]
-        for key in ({keys[0]} if alike else set(keys))}
+        for key in ({keys[0]} if alike else set(merged.values) if merged else set(keys))}
     if alike:
         route[keys[0]].extend(envelopes)
         return
-    runs = [(key, len(list(run))) for key, run in groupby(keys)]
-    if len(runs) * _RUNS_SHARE < len(keys):
+    runs = (list(zip(merged.values, merged.counts, strict=True)) if merged
+            else [(key, len(list(run))) for key, run in groupby(keys)])
+    if merged or len(runs) * _RUNS_SHARE < len(keys):
         start = 0
         for key, size in runs:
             route[key].extend(envelopes[start:start + size])

@@ -14,6 +14,7 @@ import pytest
 from runtime.broker.lease._record import envelope_columns
 from runtime.core._block import Block, Runs, join_envelopes, keys_of, seqs_of
 from runtime.core._envelope import message_of
+from runtime.core._topic_actor import _merged_keys
 from runtime.core.subscribers._key_routing import Fifo, sort_by_key, split_keyed, take_share
 from runtime.core.subscribers._work_batch import WorkBatch
 
@@ -116,6 +117,37 @@ def test_keyed_runs_of_a_block_are_routed_as_slices_in_order() -> None:
     for member, bucket in buckets.items():
         keys = {k for k in ("a", "b") if [1, 2][hash(k) % 2] == member}
         assert [e[0] for e in bucket] == [e[0] for e in block if e[3] in keys]
+
+
+def _routed(keys: Sequence[str | None]) -> tuple[list[int], dict[int, list[int]]]:
+    block = Block(range(1, len(keys) + 1), [b"x"] * len(keys), keys, None, "t", 1.0)
+    queue, buckets = Fifo(), {1: Fifo(), 2: Fifo(), 3: Fifo()}
+    sort_by_key(block, [1, 2, 3], queue, buckets)
+    return [e[0] for e in queue], {m: [e[0] for e in b] for m, b in buckets.items()}
+
+
+def test_keys_kept_as_runs_route_as_the_same_keys_spelled_out() -> None:
+    runs = Runs(["a", None, "b", "a", "c", None], [3, 2, 4, 1, 2, 3])
+
+    queue, buckets = _routed(runs)
+
+    assert (queue, buckets) == _routed(list(runs))
+    assert queue == [4, 5, 13, 14, 15]
+    assert sum(map(len, buckets.values())) == 10
+
+
+def test_merged_batches_of_one_key_each_keep_their_keys_as_runs() -> None:
+    keys = _merged_keys([["a", "a"], [], ["b"], [None, None], ["a"]])
+
+    assert type(keys) is Runs
+    assert (keys.values, keys.counts) == (["a", "b", None, "a"], [2, 1, 2, 1])
+    assert list(keys) == ["a", "a", "b", None, None, "a"]
+
+
+def test_merged_batches_with_a_batch_of_several_keys_spell_their_keys_out() -> None:
+    keys = _merged_keys([["a", "a"], ["b", "c"]])
+
+    assert keys == ["a", "a", "b", "c"] and type(keys) is list
 
 
 def test_a_membership_change_keeps_a_backlog_s_unkeyed_blocks_as_they_are() -> None:
