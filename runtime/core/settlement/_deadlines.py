@@ -10,6 +10,9 @@ from runtime.core.settlement._delivery import HandOver
 
 __all__ = ["Deadlines"]
 
+# A hand-over is renewed once less than this share of its ack timeout is left.
+_RENEW_SHARE = 0.75
+
 
 class Deadlines:
     """Hand-over deadlines, oldest first. Not thread-safe: the ledger's lock guards it.
@@ -40,6 +43,7 @@ class Deadlines:
         if self._ack_timeout is None:
             return None
         handover.deadline = when = self._clock() + self._ack_timeout
+        handover.renew_at = when - _RENEW_SHARE * self._ack_timeout
         self._queue.append((when, handover.id))
         if self._wake_at is not None:
             return None
@@ -47,9 +51,9 @@ class Deadlines:
         return when
 
     def due(self, handover: HandOver) -> bool:
-        """True when a quarter of ``handover``'s deadline has run (time to renew it)."""
-        timeout = self._ack_timeout
-        return timeout is not None and handover.deadline - self._clock() < 0.75 * timeout
+        """True when a quarter of ``handover``'s deadline has run (time to renew it): its
+        ``renew_at`` passed, which a handler's loop may read itself."""
+        return self._ack_timeout is not None and self._clock() > handover.renew_at
 
     def extend(self, handover: HandOver) -> None:
         """Move ``handover``'s deadline to ``ack_timeout`` from now (the timer stays armed
@@ -57,6 +61,7 @@ class Deadlines:
         if self._ack_timeout is None:
             return
         handover.deadline = when = self._clock() + self._ack_timeout
+        handover.renew_at = when - _RENEW_SHARE * self._ack_timeout
         self._queue.append((when, handover.id))
 
     def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:

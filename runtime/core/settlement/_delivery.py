@@ -17,6 +17,7 @@ NACKED = "nacked"
 
 T = TypeVar("T")
 _get_ident = threading.get_ident
+_NEVER = float("inf")
 
 
 class Sink(Protocol):
@@ -42,7 +43,8 @@ class HandOver:
     """
 
     __slots__ = (
-        "buffer", "deadline", "group", "id", "live", "owner", "pending", "sink", "subscriber_id",
+        "buffer", "deadline", "group", "id", "live", "owner", "pending", "renew_at", "sink",
+        "subscriber_id",
     )
 
     def __init__(self, sink: Sink | None, subscriber_id: int, group: str | None) -> None:
@@ -55,6 +57,7 @@ class HandOver:
         self.id = 0
         self.live = False
         self.deadline = 0.0
+        self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
 
     def open_buffer(self) -> list[Delivery[Any]]:
         """Start collecting this thread's settlements; returns the buffer."""

@@ -40,7 +40,8 @@ def run_handler(
     delivery (reason ``error``; the exception's text, type and traceback kept) and, with
     ``log``, is logged at WARNING (a worker process leaves that to the parent); with
     ``auto_ack`` a normal return acks it. Deliveries already settled (deadline, close)
-    are skipped. ``renew(handover)`` runs before each handler call: it extends the
+    are skipped. ``renew(handover)`` runs before a handler call once the hand-over's
+    ``renew_at`` passed (a clock read per message, no call): it extends the
     hand-over's ack deadline while the handler works through it, so deliveries waiting
     behind slow ones are not expired unseen.
     """
@@ -74,7 +75,7 @@ def _run_each(
             return
         if not _has(pending, index):
             continue
-        if renew is not None:
+        if renew is not None and _monotonic() > handover.renew_at:  # `Deadlines.due`
             renew(handover)
         try:
             handler(delivery)
