@@ -45,7 +45,9 @@ class Gate:
     (for a worker process running two hand-overs: its next one, see the group's
     `_keyed_room`).
     A topic sizes its chunks to that room while nobody reads its broadcast ring (`free`,
-    `PublishPath.room`): a Publisher's run then enters as one chunk.
+    `PublishPath.room`): a Publisher's run then enters as one chunk. Two threads that
+    size chunks from the same free room at once may both go in, as two chunks of 128
+    may: what passes the limit is still less than one chunk per publishing thread.
     Unkeyed messages the gate admits past the capacity are therefore handed on as soon
     as the group runs, and a stuck group (no room free) lends nothing but a stuck
     worker's next hand-over, to keyed messages: what a publisher can run ahead of it
