@@ -99,6 +99,26 @@ def test_a_stuck_member_lends_nothing_so_the_chunk_stays_the_settings_one(bus: B
     assert topic.join(timeout=10.0)
 
 
+def test_room_is_what_the_fullest_group_can_take(bus: Bus) -> None:
+    topic = small_topic(bus)
+    release, started = threading.Event(), threading.Event()
+
+    def stuck(delivery: Delivery[Any]) -> None:
+        started.set()
+        release.wait(10.0)
+        delivery.ack()
+
+    topic.subscribe(acking([]), group="idle", prefetch=64)
+    topic.subscribe(stuck, group="stuck", prefetch=1)
+    topic.publish(b"1")
+    assert started.wait(10.0)
+    try:
+        assert topic._path.room(False) == CAPACITY  # the stuck group lends nothing
+    finally:
+        release.set()
+    assert topic.join(timeout=10.0)
+
+
 def test_a_publisher_s_run_reaches_idle_members_in_larger_chunks_in_order(
     bus: Bus, fan_outs: list[int],
 ) -> None:
