@@ -79,8 +79,9 @@ def test_a_broadcast_subscriber_keeps_the_chunk_to_the_ring(bus: Bus) -> None:
     assert topic._path.room(False) == CAPACITY
 
 
-def test_a_stuck_member_lends_nothing_so_the_chunk_stays_the_settings_one(bus: Bus) -> None:
-    topic = small_topic(bus)
+def room_while_stuck(topic: Topic[Any], prefetch: int, published: int, keyed: bool) -> int:
+    """``topic._path.room(keyed)`` while group "stuck" (a member of ``prefetch`` whose
+    handler waits) holds the first of ``published`` messages; then lets it go."""
     release, started = threading.Event(), threading.Event()
 
     def stuck(delivery: Delivery[Any]) -> None:
@@ -88,35 +89,29 @@ def test_a_stuck_member_lends_nothing_so_the_chunk_stays_the_settings_one(bus: B
         release.wait(10.0)
         delivery.ack()
 
-    topic.subscribe(stuck, group="g", prefetch=2)
-    topic.publish(b"1")
-    topic.publish(b"2")
+    topic.subscribe(stuck, group="stuck", prefetch=prefetch)
+    for n in range(published):
+        topic.publish(b"%d" % n)
     assert started.wait(10.0)
     try:
-        assert topic._path.room(True) == CAPACITY
+        return topic._path.room(keyed)
     finally:
         release.set()
-    assert topic.join(timeout=10.0)
+        assert topic.join(timeout=10.0)
+
+
+def test_a_stuck_member_lends_nothing_so_the_chunk_stays_the_settings_one(bus: Bus) -> None:
+    topic = small_topic(bus)
+
+    assert room_while_stuck(topic, prefetch=2, published=2, keyed=True) == CAPACITY
 
 
 def test_room_is_what_the_fullest_group_can_take(bus: Bus) -> None:
     topic = small_topic(bus)
-    release, started = threading.Event(), threading.Event()
-
-    def stuck(delivery: Delivery[Any]) -> None:
-        started.set()
-        release.wait(10.0)
-        delivery.ack()
-
     topic.subscribe(acking([]), group="idle", prefetch=64)
-    topic.subscribe(stuck, group="stuck", prefetch=1)
-    topic.publish(b"1")
-    assert started.wait(10.0)
-    try:
-        assert topic._path.room(False) == CAPACITY  # the stuck group lends nothing
-    finally:
-        release.set()
-    assert topic.join(timeout=10.0)
+
+    # The idle group would lend 64; the stuck one lends nothing.
+    assert room_while_stuck(topic, prefetch=1, published=1, keyed=False) == CAPACITY
 
 
 def test_a_publisher_s_run_reaches_idle_members_in_larger_chunks_in_order(
