@@ -48,10 +48,6 @@ class FanOut:
             time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
         try:
             with self._ring.lock:
-                if len(envelopes) > self._ring.capacity and self._ring.subscriber_count:
-                    if slotted:
-                        self._ledger.release_slots(len(envelopes))
-                    raise Oversized  # a subscriber came since `PublishPath.room` sized it
                 self._wait_ring(len(envelopes), slotted, deadline)
                 subscribers = self._ring.subscriber_count
                 if not groups and not subscribers:
@@ -74,11 +70,14 @@ class FanOut:
 
     def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
         """With a blocking ring, wait (ring lock held) for room; a refusal gives the
-        ``max_pending`` slots back (the caller gives the groups' room back)."""
-        if not self._ring.blocking:
-            return
+        ``max_pending`` slots back (the caller gives the groups' room back). A chunk
+        larger than the ring is refused (`Oversized`) once a subscriber reads it."""
+        ring = self._ring
         try:
-            self._ring.wait_room_locked(count, deadline)
+            if count > ring.capacity and ring.subscriber_count:
+                raise Oversized  # the subscriber came since `PublishPath.room` sized it
+            if ring.blocking:
+                ring.wait_room_locked(count, deadline)
         except BaseException:
             if slotted:
                 self._ledger.release_slots(count)
