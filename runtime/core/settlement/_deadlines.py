@@ -42,9 +42,7 @@ class Deadlines:
         """
         if self._ack_timeout is None:
             return None
-        handover.deadline = when = self._clock() + self._ack_timeout
-        handover.renew_at = when - _RENEW_SHARE * self._ack_timeout
-        self._queue.append((when, handover.id))
+        when = self._set(handover, self._ack_timeout)
         if self._wake_at is not None:
             return None
         self._wake_at = when
@@ -58,11 +56,15 @@ class Deadlines:
     def extend(self, handover: HandOver) -> None:
         """Move ``handover``'s deadline to ``ack_timeout`` from now (the timer stays armed
         for its earlier entry, which comes first)."""
-        if self._ack_timeout is None:
-            return
-        handover.deadline = when = self._clock() + self._ack_timeout
-        handover.renew_at = when - _RENEW_SHARE * self._ack_timeout
+        if self._ack_timeout is not None:
+            self._set(handover, self._ack_timeout)
+
+    def _set(self, handover: HandOver, timeout: float) -> float:
+        """Queue ``handover``'s deadline, ``timeout`` from now, and its renewal time."""
+        handover.deadline = when = self._clock() + timeout
+        handover.renew_at = when - _RENEW_SHARE * timeout
         self._queue.append((when, handover.id))
+        return when
 
     def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:
         """Remove and return the live hand-overs whose deadline passed (the timer fired).
