@@ -136,6 +136,36 @@ def test_keys_kept_as_runs_route_as_the_same_keys_spelled_out() -> None:
     assert sum(map(len, buckets.values())) == 10
 
 
+def _merged_block(first: int, keys: list[str | None], counts: list[int]) -> Block:
+    size = sum(counts)
+    return Block(range(first, first + size), [b"m%d" % n for n in range(first, first + size)],
+                 Runs(keys, counts), [{"n": str(n)} if n % 3 else None
+                                      for n in range(first, first + size)], "t", 7.0)
+
+
+def test_a_merged_chunk_reaches_each_queue_as_one_block_whose_numbers_and_keys_stay_runs(
+) -> None:
+    chunks = [_merged_block(1, ["a", "b", None, "c", "a"], [3, 2, 2, 4, 1]),
+              _merged_block(13, ["c", "b", "a"], [2, 3, 1])]
+    queue, buckets = Fifo(), {1: Fifo(), 2: Fifo()}
+    for chunk in chunks:
+        sort_by_key(chunk, [1, 2], queue, buckets)
+
+    expected = {1: [], 2: []}
+    for envelope in (e for chunk in chunks for e in chunk if e[3] is not None):
+        expected[[1, 2][hash(envelope[3]) % 2]].append(envelope)
+    for member, bucket in buckets.items():
+        assert len(bucket.pieces()) == len([c for c in chunks if any(
+            [1, 2][hash(k) % 2] == member for k in c.keys.values if k)])  # one per chunk
+        taken = bucket.take(100)
+        assert list(taken) == expected[member]
+        if expected[member]:
+            assert type(taken.seqs) is Runs and type(taken.keys) is Runs
+            assert WorkBatch.of_envelopes(1, "g", "t", taken, None) == WorkBatch.of_envelopes(
+                1, "g", "t", expected[member], None)
+    assert [e[0] for e in queue] == [6, 7]
+
+
 def test_merged_batches_of_one_key_each_keep_their_keys_as_runs() -> None:
     keys = _merged_keys([["a", "a"], [], ["b"], [None, None], ["a"]])
 
