@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -122,6 +123,7 @@ def test_releasing_a_credit_nobody_took_is_refused() -> None:
     [
         ([False, False], (2, 30)), ([True, True], (0, 0)), ([None, None], (0, 30)),
         ([True, None, False], (1, 60)), ([None, True], (0, 10)), ([False, None], (1, 30)),
+        ([], (0, 0)), ([True, None, None], (0, 60)), ([None, False, True], (1, 30)),
     ],
 )
 def test_uncounted_counts_a_credited_row_by_its_bytes_only(
@@ -130,6 +132,19 @@ def test_uncounted_counts_a_credited_row_by_its_bytes_only(
     sizes = [10, 20, 40][:len(counted)]
 
     assert uncounted(sizes, counted) == expected
+
+
+def test_uncounted_agrees_row_by_row_with_any_mix_of_flags() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        size = rng.randint(1, 30)
+        kinds = rng.sample([False, None, True], rng.randint(1, 3))
+        counted = [rng.choice(kinds) for _ in range(size)]
+        sizes = [rng.randint(0, 300) for _ in range(size)]
+
+        assert uncounted(sizes, counted) == (
+            sum(flag is False for flag in counted),
+            sum(nbytes for nbytes, flag in zip(sizes, counted, strict=True) if flag is not True))
 
 
 class CountingTopic(FakeTopic):
