@@ -85,6 +85,7 @@ class PublisherActor(Sending, Actor):
         self._sequencer = KeySequencer()
         self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
+        self._releasing: list[int] | None = None  # a run's (messages, bytes), released at its end
         self._barriers = FlushBarriers()
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
@@ -212,7 +213,12 @@ class PublisherActor(Sending, Actor):
         if error is not None:
             for future in futures if ids is None else futures[len(ids):]:
                 fail_future(future, error)
-        self._gate.release(len(batch), batch.size)
+        held = self._releasing
+        if held is None:
+            self._gate.release(len(batch), batch.size)
+        else:
+            held[0] += len(batch)
+            held[1] += batch.size
         if self._outstanding.pop(batch.id, None) is not None and self._barriers:
             self._barriers.settled(batch.id)
 

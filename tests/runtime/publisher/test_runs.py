@@ -15,6 +15,7 @@ from actors import ActorSystem
 from runtime import Bus
 from runtime.core._topic_actor import BatchOutcome
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
+from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._publisher import Publisher
 from runtime.publisher._sending import RUN
 
@@ -83,6 +84,47 @@ def test_a_run_accepted_in_part_settles_each_batch_for_its_own_part(system: Acto
     assert futures[4].exception(10.0) is closed
     with pytest.raises(OrderingKeyPausedError):  # a failed batch pauses its key
         publisher.publish(b"c3", ordering_key="c")
+    publisher.close(10.0)
+
+
+def test_a_run_releases_flow_control_once_for_all_of_its_batches(
+    system: ActorSystem, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    releases: list[tuple[int, int]] = []
+    release = FlowGate.release
+
+    def counted(gate: FlowGate, messages: int, nbytes: int) -> None:
+        releases.append((messages, nbytes))
+        release(gate, messages, nbytes)
+
+    monkeypatch.setattr(FlowGate, "release", counted)
+    topic = RunTopic()
+    publisher = Publisher(topic, system=system, batching=batching(max_messages=100),
+                          message_ordering=True,
+                          flow_control=FlowControl(max_outstanding_messages=5))
+    futures = [publisher.publish(data, ordering_key=key) for data, key in [
+        (b"a1", "a"), (b"b1", "b"), (b"a2", "a"), (b"c1", "c"), (b"c22", "c")]]
+    sixth: list[Future[str]] = []
+    blocked = threading.Thread(target=lambda: sixth.append(publisher.publish(b"d", ordering_key="d")))
+    blocked.start()  # the window is full: it waits, and its wait sends the three batches
+    assert topic.arrived.wait(10.0)
+    closed = TopicClosedError("runs")
+
+    topic.arrived.clear()
+    topic.runs[0][1]([(["1", "2"], None), (["3"], None), (["4"], closed)])
+    blocked.join(10.0)
+
+    assert releases == [(5, 11)]  # one release for three batches (one accepted in part)
+    assert [f.result(10.0) for f in futures[:4]] == ["1", "3", "2", "4"]
+    assert futures[4].exception(10.0) is closed
+    assert not blocked.is_alive() and len(sixth) == 1  # the waiter was admitted by it
+    assert publisher.outstanding == (1, 1)
+    flushed = threading.Thread(target=publisher.flush, args=(10.0,))
+    flushed.start()
+    assert topic.arrived.wait(10.0)
+    topic.runs[1][1]([(["6"], None)])
+    flushed.join(10.0)
+    assert sixth[0].result(10.0) == "6" and releases == [(5, 11), (1, 1)]
     publisher.close(10.0)
 
 
