@@ -258,3 +258,21 @@ def test_add_columns_keeps_futures_with_their_messages() -> None:
     assert [batch.futures for batch in closed] == [futures[:2], futures[2:4]]
     assert [batch.attributes for batch in closed][1] == [{"i": "2"}, {"i": "3"}]
     assert batcher.drain()[0].futures == [futures[4]]
+
+
+def test_an_empty_batch_takes_a_whole_burst_s_lists_and_later_bursts_extend_it() -> None:
+    batcher = Batcher(BatchSettings(max_messages=5), clock=FakeClock())
+    futures: list[Future[str] | None] = [Future() for _ in range(5)]
+    datas = [b"a", b"b", b"c"]
+
+    assert batcher.add_columns("k", datas, [{}] * 3, ["k"] * 3, futures[:3], [1] * 3) == []
+    [batch] = batcher.drain()
+    assert batch.datas is datas and batch.size == 3  # no copy of the lane's columns
+
+    batcher = Batcher(BatchSettings(max_messages=5), clock=FakeClock())
+    batcher.add_columns("k", datas, [{}] * 3, ["k"] * 3, futures[:3], [1] * 3)
+    [closed] = batcher.add_columns("k", [b"d", b"e", b"f"], [{}] * 3, ["k"] * 3,
+                                   [*futures[3:], None], [2] * 3)
+
+    assert closed.datas == [b"a", b"b", b"c", b"d", b"e"] and closed.size == 7
+    assert closed.futures == futures and batcher.drain()[0].datas == [b"f"]
