@@ -8,13 +8,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._block import Block, any_keyed, ids_of
+from runtime.core._block import Block, Runs, any_keyed, ids_of
 from runtime.core._envelope import Envelope, message_id
 from runtime.core._fan_out import FanOut, Oversized
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import Outcome, PublishReport
-from runtime.core._runs import Runs
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._gate import GroupHandle

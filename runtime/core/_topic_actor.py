@@ -12,9 +12,9 @@ from itertools import chain
 from typing import Any, Protocol
 
 from actors import Actor, Ref
+from runtime.core._block import Runs
 from runtime.core._message import Message, parts_of
 from runtime.core._publishing import PartlyPublished, PublishPath
-from runtime.core._runs import Runs
 from runtime.core.settlement._ledger import Ledger
 from runtime.errors import TopicClosedError
 

@@ -8,9 +8,8 @@ from collections.abc import Iterator, Sequence
 from itertools import chain, groupby, islice, repeat
 from typing import Protocol
 
-from runtime.core._block import Block, gather_runs, join_envelopes, keys_of
+from runtime.core._block import Block, Runs, gather_runs, join_envelopes, keys_of
 from runtime.core._envelope import Envelope
-from runtime.core._runs import Runs
 
 __all__ = ["Fifo", "sort_by_key", "split_keyed", "take_share"]
 

@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from runtime.broker.lease._record import envelope_columns
-from runtime.core._block import Block, join_envelopes, keys_of, seqs_of
+from runtime.core._block import Block, Runs, join_envelopes, keys_of, seqs_of
 from runtime.core._envelope import message_of
-from runtime.core._runs import Runs
 from runtime.core._topic_actor import _merged_keys
 from runtime.core.subscribers._key_routing import Fifo, sort_by_key, split_keyed, take_share
 from runtime.core.subscribers._work_batch import WorkBatch
