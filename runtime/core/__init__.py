@@ -5,8 +5,8 @@
 - ``_settings``, ``_stats``, ``_message``, ``_envelope``, ``_outcome``, ``_timer``: the records
   they exchange and the one timer that drives ack deadlines; ``_future``: the lazy-condition
   `MessageFuture` of publish ids and outcomes.
-- ``_block``, ``_runs``: Publisher messages kept as columns from the topic to a worker's
-  batch (`Block`), and columns kept as runs of one value or of consecutive numbers (`Runs`).
+- ``_block``: Publisher messages kept as columns from the topic to a worker's batch
+  (`Block`), some columns kept as runs of one value or of consecutive numbers (`Runs`).
 - ``subscribers/``: balanced groups, their members and worker pools, broadcast rings,
   subscriptions.
 - ``settlement/``: deliveries, the ledger and tracker actor, deadlines, dead letters.

@@ -11,9 +11,7 @@ from typing import Any, overload
 
 from runtime.core._envelope import KEY, SEQ, Envelope, MessageIds, message_id
 
-__all__ = [
-    "Block", "Runs", "any_keyed", "gather_runs", "ids_of", "join_envelopes", "keys_of", "seqs_of",
-]
+__all__ = ["Block", "Runs", "any_keyed", "ids_of", "join_envelopes", "keys_of", "seqs_of"]
 
 _SEQ_OF = itemgetter(SEQ)
 _KEY_OF = itemgetter(KEY)
@@ -254,34 +252,6 @@ def join_envelopes(pieces: Sequence[Sequence[Envelope]]) -> Sequence[Envelope]:
     if all(type(piece) is Block for piece in pieces):
         return Block.join(pieces)  # type: ignore[arg-type]
     return list(chain.from_iterable(pieces))
-
-
-def gather_runs(block: Block, keys: Runs, chosen: list[int]) -> Block:
-    """The messages of ``block`` in the runs of its ``keys`` (`Runs` of one key each:
-    merged batches) numbered ``chosen`` (increasing), as one block.
-
-    A group sends a chunk's runs of a key to their members' queues. Sliced run by run,
-    a chunk of 16 batches made 16 blocks, joined again 8 at a time at each hand-over
-    (the numbers as one list): the slicing and joining took about a third of the
-    group thread's GIL samples (py-spy ``--gil``, 16 keys under flow control). Its
-    numbers and keys stay runs.
-    """
-    ends, counts, seqs = keys.ends(), keys.counts, block.seqs
-    spans = [(ends[i] - counts[i], ends[i]) for i in chosen]
-    return Block(
-        Runs([seqs.start + start for start, _ in spans], [counts[i] for i in chosen], 1)
-        if type(seqs) is range else _gathered(seqs, spans),
-        _gathered(block.payloads, spans), Runs([keys.values[i] for i in chosen],
-                                               [counts[i] for i in chosen]),
-        None if block.attributes is None else _gathered(block.attributes, spans), block.topic,
-        block.stamps if isinstance(block.stamps, float) else _gathered(block.stamps, spans))
-
-
-def _gathered(column: Sequence[Any], spans: list[tuple[int, int]]) -> list[Any]:
-    gathered: list[Any] = []
-    for start, end in spans:
-        gathered += column[start:end]
-    return gathered
 
 
 def seqs_of(envelopes: Sequence[Envelope]) -> Sequence[int]:
