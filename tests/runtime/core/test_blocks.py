@@ -166,6 +166,24 @@ def test_a_merged_chunk_reaches_each_queue_as_one_block_whose_numbers_and_keys_s
     assert [e[0] for e in queue] == [6, 7]
 
 
+def test_a_joined_block_of_one_key_parts_routes_as_its_envelopes_spelled_out() -> None:
+    parts = [Block(range(start, start + 3), [b"%d" % n for n in range(start, start + 3)],
+                   [key] * 3, None, "t", float(start))
+             for start, key in ((1, "a"), (41, "b"), (21, "a"), (81, "c"))]
+    joined = Block.join(parts)  # numbers, keys and stamps all runs
+    assert type(joined.seqs) is Runs and type(joined.keys) is Runs and type(joined.stamps) is Runs
+
+    routed: list[tuple[list[Any], dict[int, list[Any]]]] = []
+    for chunk in (joined, list(joined)):
+        queue: Fifo = Fifo()
+        buckets: dict[int, Fifo] = {1: Fifo(), 2: Fifo()}
+        sort_by_key(chunk, [1, 2], queue, buckets)
+        routed.append((list(queue), {m: list(b) for m, b in buckets.items()}))
+
+    assert routed[0] == routed[1]
+    assert sum(map(len, routed[0][1].values())) == 12
+
+
 def test_merged_batches_of_one_key_each_keep_their_keys_as_runs() -> None:
     keys = _merged_keys([["a", "a"], [], ["b"], [None, None], ["a"]])
 
