@@ -129,23 +129,25 @@ def _joined_seqs(blocks: Sequence[Block]) -> Sequence[int]:
 
 def _joined_keys(blocks: Sequence[Block]) -> Sequence[str | None] | None:
     """The keys: `Runs` when each block has one key or none (an ordered Publisher's
-    batches), else as `_joined_list`."""
+    batches) or keeps its keys as runs (a group's share of them, `gather_runs`), else
+    as `_joined_list`."""
     columns = [b.keys for b in blocks]
     if columns.count(None) == len(columns):
         return None
-    sizes = [len(b.payloads) for b in blocks]
-    if all(type(c) is Runs and not c.step for c in columns):  # shares of merged batches
-        values: list[str | None] = []
-        counts: list[int] = []
-        for column in columns:
-            values += column.values  # type: ignore[union-attr]
-            counts += column.counts  # type: ignore[union-attr]
-        return Runs(values, counts)
-    firsts = [None if c is None else c[0] for c in columns]
-    if all(c is None or c.count(k) == n for c, k, n in zip(columns, firsts, sizes, strict=True)):
-        return Runs(firsts, sizes)
-    joined: list[str | None] = _joined_list(columns, blocks)
-    return joined
+    values: list[str | None] = []
+    counts: list[int] = []
+    for column, block in zip(columns, blocks, strict=True):
+        size = len(block.payloads)
+        if type(column) is Runs and not column.step:
+            values += column.values
+            counts += column.counts
+        elif column is None or column.count(column[0]) == size:
+            values.append(None if column is None else column[0])
+            counts.append(size)
+        else:
+            joined: list[str | None] = _joined_list(columns, blocks)
+            return joined
+    return Runs(values, counts)
 
 
 def _joined_list(columns: list[Any], blocks: Sequence[Block]) -> Any:

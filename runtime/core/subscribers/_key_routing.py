@@ -136,29 +136,31 @@ def sort_by_key(
     if alike:
         route[keys[0]].extend(envelopes)
         return
-    if merged and type(envelopes) is Block:  # one block per queue, its runs gathered
-        chosen: dict[int, tuple[_Queue, list[int]]] = {
-            id(target): (target, []) for target in route.values()}
+    if merged and type(envelopes) is Block:  # (only a block's keys are `Runs`)
+        chosen = _list_per_queue(route)  # the runs of each queue, gathered into one block
         for index, key in enumerate(merged.values):
             chosen[id(route[key])][1].append(index)
         for target, indices in chosen.values():
             target.extend(gather_runs(envelopes, merged, indices))
         return
-    runs = (list(zip(merged.values, merged.counts, strict=True)) if merged
-            else [(key, len(list(run))) for key, run in groupby(keys)])
-    if merged or len(runs) * _RUNS_SHARE < len(keys):
+    runs = [(key, len(list(run))) for key, run in groupby(keys)]
+    if len(runs) * _RUNS_SHARE < len(keys):
         start = 0
         for key, size in runs:
             route[key].extend(envelopes[start:start + size])
             start += size
     else:
-        gathered: dict[int, tuple[_Queue, list[Envelope]]] = {
-            id(target): (target, []) for target in route.values()}
+        gathered = _list_per_queue(route)
         lists = {key: gathered[id(target)][1] for key, target in route.items()}
         for envelope, key in zip(envelopes, keys, strict=True):
             lists[key].append(envelope)
         for target, items in gathered.values():
             target.extend(items)
+
+
+def _list_per_queue(route: dict[str | None, _Queue]) -> dict[int, tuple[_Queue, list[Any]]]:
+    """An empty list for each queue of ``route``, by the queue's id (keys may share one)."""
+    return {id(target): (target, []) for target in route.values()}
 
 
 def gather_runs(block: Block, keys: Runs, chosen: list[int]) -> Block:
@@ -171,15 +173,15 @@ def gather_runs(block: Block, keys: Runs, chosen: list[int]) -> Block:
     group thread's GIL samples (py-spy ``--gil``, 16 keys under flow control). Its
     numbers and keys stay runs.
     """
-    ends, counts, seqs = keys.ends(), keys.counts, block.seqs
-    spans = [(ends[i] - counts[i], ends[i]) for i in chosen]
-    return Block(
-        Runs([seqs.start + start for start, _ in spans], [counts[i] for i in chosen], 1)
-        if type(seqs) is range else _gathered(seqs, spans),
-        _gathered(block.payloads, spans), Runs([keys.values[i] for i in chosen],
-                                               [counts[i] for i in chosen]),
-        None if block.attributes is None else _gathered(block.attributes, spans), block.topic,
-        block.stamps if isinstance(block.stamps, float) else _gathered(block.stamps, spans))
+    ends, seqs, stamps = keys.ends(), block.seqs, block.stamps
+    sizes = [keys.counts[i] for i in chosen]
+    spans = [(ends[i] - size, ends[i]) for i, size in zip(chosen, sizes, strict=True)]
+    numbers = (Runs([seqs.start + start for start, _ in spans], sizes, 1)
+               if type(seqs) is range else _gathered(seqs, spans))
+    attributes = None if block.attributes is None else _gathered(block.attributes, spans)
+    return Block(numbers, _gathered(block.payloads, spans),
+                 Runs([keys.values[i] for i in chosen], sizes), attributes, block.topic,
+                 stamps if isinstance(stamps, float) else _gathered(stamps, spans))
 
 
 def _gathered(column: Sequence[Any], spans: list[tuple[int, int]]) -> list[Any]:
