@@ -8,18 +8,28 @@ from an idle topic. Batching off means ``max_messages=1, max_bytes=1, max_latenc
 every message is its own batch, with its own outcome (a local topic still gets up to
 16 ready batches per mailbox message: `runtime.publisher._sending.RUN`). That side
 publishes a tenth as many messages per round (rates are compared, not times).
+
+The extra row ``batching/workers`` runs the same two Publishers into a ``workers=2``
+group instead (two worker processes, ``auto_ack``, a trivial handler). The thread member
+holds at most 32 deliveries (the default prefetch, `DESIGN.md` 3.4 rev. 2), and the
+group's bounded queue makes the batched side wait for it: the main row's batched rate
+is that member's rate. Into two workers the consumer keeps up, and the row shows what
+batching saves the publishing side. It has no target: the main row keeps its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from runtime import BatchSettings, Publisher, Topic
+from runtime import BatchSettings, Bus, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import TIMEOUT, acking_pipeline, settle
+from ._pipeline_pool import ignore
 
 __all__ = ["SCENARIOS"]
 
@@ -40,17 +50,35 @@ def _timed_round(topic: Topic[Any], publisher: Publisher, messages: list[bytes])
     return rate
 
 
-def measure_batching(profile: Profile) -> Comparison:
-    """Messages per second published and confirmed: default batching vs one per batch."""
+@contextmanager
+def _worker_pipeline(name: str, **publisher_options: Any) -> Iterator[tuple[Topic[Any], Publisher]]:
+    """A bus with topic ``name`` read by a ``workers=2`` group, and a Publisher."""
+    with Bus() as bus:
+        topic = bus.create_topic(name)
+        topic.subscribe(ignore, group="workers", workers=2, auto_ack=True)
+        yield topic, topic.publisher(**publisher_options)
+
+
+def measure_batching(profile: Profile) -> tuple[Comparison, ...]:
+    """Messages per second published and confirmed: default batching vs one per batch,
+    into one acking thread member (the main row) and into two worker processes."""
     count = profile.count(100_000, minimum=1_000)
-    messages = payloads(count)
+    messages, fewer = payloads(count), payloads(count // 10)
     with acking_pipeline("bench-batched") as (batched_topic, batched), \
-            acking_pipeline("bench-unbatched", batching=UNBATCHED) as (unbatched_topic, unbatched):
+            acking_pipeline("bench-unbatched", batching=UNBATCHED) as (unbatched_topic, unbatched), \
+            _worker_pipeline("bench-batched-w") as (batched_w_topic, batched_w), \
+            _worker_pipeline("bench-unbatched-w", batching=UNBATCHED) as (unbatched_w_topic, unbatched_w):
         medians = interleave({
             "batched": partial(_timed_round, batched_topic, batched, messages),
-            "unbatched": partial(_timed_round, unbatched_topic, unbatched, messages[:count // 10]),
+            "unbatched": partial(_timed_round, unbatched_topic, unbatched, fewer),
+            "batched_w": partial(_timed_round, batched_w_topic, batched_w, messages),
+            "unbatched_w": partial(_timed_round, unbatched_w_topic, unbatched_w, fewer),
         }, repeats=profile.repeats)
-    return Comparison(value=medians["batched"], baseline_value=medians["unbatched"])
+    return (
+        Comparison(value=medians["batched"], baseline_value=medians["unbatched"]),
+        Comparison(value=medians["batched_w"], baseline_value=medians["unbatched_w"],
+                   suffix="workers", baseline="max_messages=1 (topic w/ a workers=2 group)"),
+    )
 
 
 SCENARIOS = (
