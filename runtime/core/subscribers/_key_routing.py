@@ -114,48 +114,57 @@ def sort_by_key(
 
     Every key is hashed (once per distinct key, into a key -> queue table) before
     anything moves, so a chunk with a bad key is refused whole. A chunk with one key
-    (or none) then moves whole; runs of one key (an ordered Publisher sends a batch per
-    key, and the topic merges a few into one chunk) move as slices, found by
-    ``groupby`` over the keys in C, or read off the keys' `Runs` (merged batches, one
-    run each: no key is read; a block's runs for one queue leave as one block,
-    `gather_runs`); interleaved keys are gathered message by message
-    into one list per queue. Per message (a chunk of 106, two members), against
-    routing each message by its own hash: runs of 35 0.15 -> 0.10 µs, 16 interleaved
-    keys 0.155 -> 0.12-0.13, no key 0.04.
+    (or none) then moves whole; merged batches' keys (`Runs`, one run each) move run by
+    run without a key read (`_move_runs`); other chunks as `_move_each` says.
 
     Raises:
         Exception: whatever hashing a key raised (e.g. ``TypeError`` for a list).
     """
     keys = keys_of(envelopes)
-    count = len(members)
     alike = keys.count(keys[0]) == len(keys)  # most chunks: no key, or an ordered batch's one
     merged = keys if type(keys) is Runs and not keys.step else None  # read run by run
+    count = len(members)
     route: dict[str | None, _Queue] = {
         key: queue if key is None else buckets[members[hash(key) % count]]
         for key in ({keys[0]} if alike else set(merged.values) if merged else set(keys))}
     if alike:
         route[keys[0]].extend(envelopes)
-        return
-    if merged and type(envelopes) is Block:  # (only a block's keys are `Runs`)
-        chosen = _list_per_queue(route)  # the runs of each queue, gathered into one block
-        for index, key in enumerate(merged.values):
-            chosen[id(route[key])][1].append(index)
-        for target, indices in chosen.values():
-            target.extend(gather_runs(envelopes, merged, indices))
-        return
+    elif merged and type(envelopes) is Block:  # (only a block's keys are `Runs`)
+        _move_runs(envelopes, merged, route)
+    else:
+        _move_each(envelopes, keys, route)
+
+
+def _move_runs(block: Block, keys: Runs, route: dict[str | None, _Queue]) -> None:
+    """The runs of ``block`` bound for each queue, gathered into one block (`gather_runs`)."""
+    chosen = _list_per_queue(route)
+    for index, key in enumerate(keys.values):
+        chosen[id(route[key])][1].append(index)
+    for target, indices in chosen.values():
+        target.extend(gather_runs(block, keys, indices))
+
+
+def _move_each(
+    envelopes: Sequence[Envelope], keys: Sequence[str | None], route: dict[str | None, _Queue],
+) -> None:
+    """Runs of one key (an ordered Publisher sends a batch per key) move as slices, found
+    by ``groupby`` over the keys in C; interleaved keys are gathered message by message
+    into one list per queue. Per message (a chunk of 106, two members), against routing
+    each message by its own hash: runs of 35 0.15 -> 0.10 µs, 16 interleaved keys 0.155
+    -> 0.12-0.13, no key 0.04."""
     runs = [(key, len(list(run))) for key, run in groupby(keys)]
     if len(runs) * _RUNS_SHARE < len(keys):
         start = 0
         for key, size in runs:
             route[key].extend(envelopes[start:start + size])
             start += size
-    else:
-        gathered = _list_per_queue(route)
-        lists = {key: gathered[id(target)][1] for key, target in route.items()}
-        for envelope, key in zip(envelopes, keys, strict=True):
-            lists[key].append(envelope)
-        for target, items in gathered.values():
-            target.extend(items)
+        return
+    gathered = _list_per_queue(route)
+    lists = {key: gathered[id(target)][1] for key, target in route.items()}
+    for envelope, key in zip(envelopes, keys, strict=True):
+        lists[key].append(envelope)
+    for target, items in gathered.values():
+        target.extend(items)
 
 
 def _list_per_queue(route: dict[str | None, _Queue]) -> dict[int, tuple[_Queue, list[Any]]]:
