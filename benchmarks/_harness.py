@@ -35,7 +35,7 @@ The families and their modules:
   ``workers=2``, its speedup over serial vs the best stdlib pool's (target 0.95).
 - ``_fanout``: ``broadcast_fanout``, 8 broadcast subscribers, cost per delivery.
 - ``_publisher_batching``: ``batching``, default batching vs ``max_messages=1`` (target 10),
-  into one thread member; ``batching/workers``, the same into a ``workers=2`` group.
+  into a ``workers=2`` group; ``batching/thread``, the same into one thread member.
 - ``_latency``: ``latency`` (p50) and ``latency/p99`` with ``max_latency=0.001``, as
   ratios to 2 ms / 10 ms.
 - ``_memory``: ``memory_flow_control``, peak RSS growth in a fresh interpreter for

@@ -41,7 +41,7 @@ def test_smoke_run_gives_every_scenario_but_spark_a_number(
     assert {row["name"] for row in rows} >= {
         "pipeline_inproc/limit", "pipeline_pool/pool", "pipeline_pool/kernel", "pipeline_pool/queue",
         "pipeline_pool/max_pending", "pipeline_pool/ordered", "pipeline_pool/ordered_fc",
-        "pipeline_pool/publish1", "latency/p99", "batching/workers"}
+        "pipeline_pool/publish1", "latency/p99", "batching/thread"}
     for row in rows:
         assert set(row) == JSON_KEYS, row
         assert isinstance(row["value"], float) and row["value"] > 0, row
