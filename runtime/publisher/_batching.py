@@ -104,10 +104,8 @@ class Batch:
         self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
         keys: list[str | None], futures: list[Future[str] | None],
     ) -> None:
-        """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch
-        given the whole of them takes the lists themselves (the caller's no more): a
-        lane's picked columns, a short drain (16 keys under `FlowControl(1000)`: 16
-        lanes of ~62 per window, each copied once more before)."""
+        """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch given
+        all of them takes the lists themselves (a lane's picked columns: one copy fewer)."""
         if not self.futures and part.start == 0 and part.stop == len(futures):
             self.datas, self.attributes, self.keys, self.futures = datas, attributes, keys, futures
             self.size = size
@@ -133,9 +131,7 @@ class Batcher:
         clock: the time source for ``max_latency``.
     """
 
-    def __init__(
-        self, settings: BatchSettings, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, settings: BatchSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._clock = clock
         self._last_id = 0
@@ -160,9 +156,7 @@ class Batcher:
         """The messages waiting in open batches."""
         return sum(len(batch) for batch in self._open.values())
 
-    def add(
-        self, key: str | None, message: Message, future: Future[str], size: int
-    ) -> list[Batch]:
+    def add(self, key: str | None, message: Message, future: Future[str], size: int) -> list[Batch]:
         """Add a message to its lane's open batch; return the batches this closed, in order."""
         parts = (message.data, message.attributes, message.ordering_key, future, size)
         return self.add_many(key, (parts,))
@@ -214,17 +208,14 @@ class Batcher:
         while start < count:
             if batch is None:
                 batch = self._open[key] = self._new(key)
-            end = min(count, start + per_batch - len(batch.futures))
-            added = sum(sizes[start:end])
-            if batch.size + added >= max_bytes:
-                end, added = _fit(sizes, start, end, max_bytes - batch.size)
-                if end == start and batch.futures:  # the next one overflows: send first
-                    del self._open[key]
-                    closed.append(batch)
-                    batch = None
-                    continue
-                if end == start:  # a lone message above max_bytes goes alone
-                    end, added = start + 1, sizes[start]
+            cut = _next_slice(sizes, start, min(count, start + per_batch - len(batch.futures)),
+                              max_bytes - batch.size, not batch.futures)
+            if cut is None:  # the next one overflows: send first
+                del self._open[key]
+                closed.append(batch)
+                batch = None
+                continue
+            end, added = cut
             batch.extend(slice(start, end), added, datas, attributes, keys, futures)
             start = end
             if len(batch.futures) >= per_batch or batch.size >= max_bytes:
@@ -277,6 +268,18 @@ class Batcher:
     def _new(self, key: str | None) -> Batch:
         self._last_id += 1
         return Batch(id=self._last_id, key=key, created_at=self._clock())
+
+
+def _next_slice(sizes: list[int], start: int, end: int, room: int, empty: bool) -> tuple[int, int] | None:
+    """(end, bytes) of what a batch with ``room`` bytes left takes from ``start`` (`_fit`);
+    None: send a non-``empty`` batch first; a lone oversized message goes alone."""
+    added = sum(sizes[start:end])
+    if added < room:
+        return end, added
+    end, added = _fit(sizes, start, end, room)
+    if end > start:
+        return end, added
+    return (start + 1, sizes[start]) if empty else None
 
 
 def _fit(sizes: list[int], start: int, end: int, room: int) -> tuple[int, int]:
