@@ -9,6 +9,7 @@ per-message decoding.
 from __future__ import annotations
 
 import gc
+import pickle
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,11 +18,12 @@ from operator import itemgetter
 from typing import Any
 
 from actors import Actor
-from runtime.core._block import Block
+from runtime.core._block import Block, Runs
 from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Envelope
 from runtime.core.settlement._claims import all_acked
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
+from runtime.core.subscribers._plain_pickle import dumps_plain
 
 __all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerActor"]
 
@@ -111,6 +113,20 @@ class WorkBatch:
             ack_timeout,
         )
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its columns: of Publisher messages (all stamped, bytes data) in one
+        plain pickle (no memo: `dumps_plain`), else as they are (not through the
+        dataclass's state, which walked its fields in Python on both sides)."""
+        columns = (
+            self.subscriber_id, self.group, self.topic, self.seqs, self.ids, self.payloads,
+            self.keys, self.attributes, self.stamps, self.attempts, self.ack_timeout,
+        )
+        if _all_stamped(self.stamps):
+            plain = dumps_plain(columns, pickle.HIGHEST_PROTOCOL)
+            if plain is not None:
+                return _from_plain, (plain,)
+        return WorkBatch, columns
+
     def deliveries(self, handover: HandOver, deadline: float | None = None) -> list[Delivery[Any]]:
         """Rebuild the deliveries on the worker's side, all pending on ``handover``
         (leased until ``deadline``, ``time.monotonic()`` based, if given).
@@ -136,6 +152,18 @@ class WorkBatch:
         handover.pending = dict(enumerate(out)) if deadline is None else _Lease(
             enumerate(out), deadline)
         return out
+
+
+def _all_stamped(stamps: Sequence[float | None] | float | None) -> bool:
+    """Whether every message of a stamps column came through a Publisher."""
+    if stamps is None or isinstance(stamps, float):
+        return stamps is not None
+    return None not in (stamps.values if type(stamps) is Runs else stamps)
+
+
+def _from_plain(plain: bytes) -> WorkBatch:
+    """A `WorkBatch` from its columns pickled by `dumps_plain`."""
+    return WorkBatch(*pickle.loads(plain))
 
 
 def _own_ids(envelopes: Sequence[Envelope], numbers: Sequence[int]) -> list[str | None] | None:
