@@ -62,8 +62,8 @@ class FanOut:
             raise
         for wake in wakes:
             wake()
-        settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged]
-        balanced = self._enqueue(groups, admitted, envelopes, _mark(keys, keyed), settled)
+        settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged] if lagged else []
+        balanced = self._enqueue(groups, admitted, envelopes, keyed and _mark(keys), settled)
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
@@ -132,10 +132,8 @@ class Oversized(Exception):
     one: nothing of it was taken; it goes again in chunks that fit the ring."""
 
 
-def _mark(keys: Sequence[str | None], keyed: bool) -> KeyMark:
-    """A chunk's keys for its group: False (none), the one key all of its messages share
-    (an ordered Publisher's batch), or True (several)."""
-    if not keyed:
-        return False
+def _mark(keys: Sequence[str | None]) -> KeyMark:
+    """A keyed chunk's keys for its group: the one key all of its messages share (an
+    ordered Publisher's batch), or True (several; False marks a chunk without keys)."""
     first = keys[0]
     return first if first is not None and keys.count(first) == len(keys) else True

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.core._block import Block, Runs, any_keyed, ids_of
-from runtime.core._envelope import Envelope, message_id
+from runtime.core._envelope import Envelope
 from runtime.core._fan_out import FanOut, Oversized
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
@@ -123,10 +123,6 @@ class PublishPath(FanOut):
         ledger.take_slot(max_pending, deadline)
         return True
 
-    def envelope(self, payload: Any, key: str | None, attributes: dict[str, str]) -> Envelope:
-        """Accept one plain message: give it a sequence number (its id, `message_id`)."""
-        return (self._take_seqs(1), None, payload, key or None, attributes, self._topic, None)
-
     def envelopes(
         self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
         keys: Sequence[str | None],
@@ -158,19 +154,24 @@ class PublishPath(FanOut):
         """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
         if key is not None and type(key) is not str:
             check_keys([key])
-        self.check([message])
+        settings = self._settings
+        if settings.message_type is not None or self._ledger.closed:
+            self.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ledger.count("published")
         try:
-            slotted = self.admit(deadline)
-            envelope = self.envelope(message, key, dict(attributes) if attributes else {})
+            slotted = settings.max_pending is not None and self.admit(deadline)
+            # Accepted: its number is its id (`message_id`).
+            seq = self._take_seqs(1)
+            envelope: Envelope = (seq, None, message, key or None,
+                                  dict(attributes) if attributes else {}, self._topic, None)
             future: Future[Outcome] = MessageFuture()
             balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
         except (WouldBlock, TopicClosedError):
             # Refused while waiting (nothing of it was sent): it never entered the topic.
             self._ledger.count("published", -1)
             raise
-        return PublishReport(message_id(envelope), balanced, broadcast, future)
+        return PublishReport(str(seq), balanced, broadcast, future)
 
     def publish_messages(self, messages: list[Message]) -> Sequence[str]:
         """`publish_parts` for prepared `Message` objects (an empty key is no key)."""

@@ -86,7 +86,7 @@ class Ledger(Admission, Burial):
         Raises:
             TopicClosedError: the topic closed; nothing was reserved (slots are released).
         """
-        with self._changed:
+        with self._lock:
             if self.closed:
                 if slotted:
                     self.pending -= len(envelopes)
@@ -129,7 +129,7 @@ class Ledger(Admission, Burial):
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""
         effects: list[Effect] = []
-        with self._changed:
+        with self._lock:
             self._apply(deliveries, effects)
             self._changed.notify_all()
         run_effects(effects)
@@ -137,7 +137,7 @@ class Ledger(Admission, Burial):
     def settle_whole(self, tranche: Tranche) -> None:
         """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""
         effects: list[Effect] = []
-        with self._changed:
+        with self._lock:
             if tranche.live:
                 tranche.live = False
                 del self._live[tranche.id]
@@ -160,7 +160,7 @@ class Ledger(Admission, Burial):
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
         effects: list[Effect] = []
-        with self._changed:
+        with self._lock:
             expired: list[Delivery[Any]] = []
             for handover in self._deadlines.pop_expired(self._live):
                 expired.extend(claim_all(handover, "timeout"))
@@ -174,7 +174,7 @@ class Ledger(Admission, Burial):
     def sweep(self, reason: str) -> None:
         """Force-nack every delivery handed over and not settled yet (on close)."""
         effects: list[Effect] = []
-        with self._changed:
+        with self._lock:
             swept: list[Delivery[Any]] = []
             for handover in list(self._live.values()):
                 swept.extend(claim_all(handover, reason))
@@ -186,7 +186,7 @@ class Ledger(Admission, Burial):
 
     def close(self) -> None:
         """Refuse reservations and hand-overs from now on; wake every waiter."""
-        with self._changed:
+        with self._lock:
             self.closed = True
             self._changed.notify_all()
 

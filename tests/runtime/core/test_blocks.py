@@ -269,7 +269,7 @@ def test_blocks_and_single_messages_stamped_at_once_never_share_a_number() -> No
 
         def stamp_singles() -> None:
             start.wait(5)
-            singles.extend(topic._path.envelope(n, None, {})[0] for n in range(5_000))
+            singles.extend(topic._path._take_seqs(1) for _ in range(5_000))
 
         threads = [threading.Thread(target=f) for f in (stamp_blocks, stamp_blocks, stamp_singles)]
         for thread in threads:

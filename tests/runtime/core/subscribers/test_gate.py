@@ -80,10 +80,10 @@ def test_closing_wakes_a_waiting_chunk_with_a_refusal() -> None:
 
 
 class _CountingCondition(threading.Condition):
-    """A condition that counts its ``notify_all`` calls."""
+    """A condition (on the gate's own lock) that counts its ``notify_all`` calls."""
 
-    def __init__(self) -> None:
-        super().__init__(threading.Lock())
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
         self.wakes = 0
 
     def notify_all(self) -> None:
@@ -93,7 +93,7 @@ class _CountingCondition(threading.Condition):
 
 def test_a_release_that_leaves_the_queue_full_wakes_nobody() -> None:
     gate = Gate(4)
-    gate._changed = condition = _CountingCondition()
+    gate._changed = condition = _CountingCondition(gate._lock)
     gate.acquire(3, None)
     gate.acquire(3, None)  # 6 queued of 4
     publisher, taken = _waiting_publisher(gate, 2)
