@@ -21,17 +21,21 @@ re-checks for a condition after writing the state (CPython's GIL orders these pl
 attribute accesses). A reader that created the condition before that re-check is woken
 under the lock; one that creates it later sees the final state.
 
-Why ``__init__`` sets every attribute the future will ever have: CPython 3.11 keeps an
+Why the six attributes are slots, all set by ``__init__``: CPython 3.11 keeps an
 instance's attributes in an array laid out by keys its class shares, and each new
 instance shrinks the room left for new keys. A class whose first instances set no
-attributes (as this one did, to be cheap) ends up with no room: every later first
+attributes (as this one once did, to be cheap) ends up with no room: every later first
 store of an attribute builds the instance's ``__dict__`` instead. That build
 allocates, so it can run a garbage collection whose finalizers switch threads, and a
 second thread can build a second dict from the same array; the interpreter later
 frees it twice. CI crashed so once (SIGSEGV; under gdb, in ``dictresize`` of such a
-dict). `tests/support/future_stress.py` reproduces it at once. So the creating thread stores
-all six attributes, the first future putting their keys in the class's layout: later
-writes replace values in place, and nothing here reads ``__dict__``.
+dict). `tests/support/future_stress.py` reproduces it at once. In slots the attributes
+never touch that array (no ``__dict__`` is built unless someone stores another
+attribute), and they sit in the future's own memory: the Publisher reads every
+future of a drain three or four times (`drop_unreachable`), and with the values in a
+separate array each of those reads missed the cache (futures reused as spares lie
+scattered in memory). The creating thread still stores all six: a slot read before it
+is written raises.
 """
 
 from __future__ import annotations
@@ -64,9 +68,11 @@ class MessageFuture(Future[T]):
     False, as Google Pub/Sub's publish futures do).
     """
 
+    __slots__ = ("_done_callbacks", "_exception", "_made", "_result", "_state", "_waiters")
+
     def __init__(self) -> None:
-        # Not Future.__init__, which builds the condition at once. Every attribute,
-        # here, in the creating thread: see the module docstring for why.
+        # Not Future.__init__, which builds the condition at once. Every slot, here,
+        # in the creating thread: see the module docstring for why.
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
