@@ -154,13 +154,11 @@ class PublishPath(FanOut):
         """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
         if key is not None and type(key) is not str:
             check_keys([key])
-        settings = self._settings
-        if settings.message_type is not None or self._ledger.closed:
-            self.check([message])
+        self.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ledger.count("published")
         try:
-            slotted = settings.max_pending is not None and self.admit(deadline)
+            slotted = self.admit(deadline)
             # Accepted: its number is its id (`message_id`).
             seq = self._take_seqs(1)
             envelope: Envelope = (seq, None, message, key or None,

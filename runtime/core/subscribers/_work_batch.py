@@ -156,8 +156,10 @@ class WorkBatch:
 
 def _all_stamped(stamps: Sequence[float | None] | float | None) -> bool:
     """Whether every message of a stamps column came through a Publisher."""
-    if stamps is None or isinstance(stamps, float):
-        return stamps is not None
+    if stamps is None:
+        return False  # none did
+    if isinstance(stamps, float):
+        return True  # one publish time for all
     return None not in (stamps.values if type(stamps) is Runs else stamps)
 
 
