@@ -27,7 +27,7 @@ from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._thread_actors import PykkaCounter
 
-__all__ = ["SCENARIOS", "HandLoop", "acking_pipeline", "acknowledge", "run_pipeline"]
+__all__ = ["SCENARIOS", "HandLoop", "acking_pipeline", "acknowledge", "ignore", "run_pipeline"]
 
 TIMEOUT = 120.0
 
@@ -37,15 +37,25 @@ def acknowledge(delivery: Delivery[Any]) -> None:
     delivery.ack()
 
 
-@contextmanager
-def acking_pipeline(name: str, **publisher_options: Any) -> Iterator[tuple[Topic[Any], Publisher]]:
-    """A bus with topic ``name``: one balanced thread member acking, and a Publisher.
+def ignore(delivery: Delivery[Any]) -> None:
+    """The workers' handler: nothing (``auto_ack`` acks on return)."""
 
-    The bus (and with it the member, the topic's actors and the Publisher) is closed on exit.
+
+@contextmanager
+def acking_pipeline(
+    name: str, *, workers: int = 0, **publisher_options: Any,
+) -> Iterator[tuple[Topic[Any], Publisher]]:
+    """A bus with topic ``name``: one balanced thread member acking (or, with ``workers``,
+    that many worker processes auto-acking `ignore`), and a Publisher.
+
+    The bus (and with it the members, the topic's actors and the Publisher) is closed on exit.
     """
     with Bus() as bus:
         topic = bus.create_topic(name)
-        topic.subscribe(acknowledge, group="members")
+        if workers:
+            topic.subscribe(ignore, group="workers", workers=workers, auto_ack=True)
+        else:
+            topic.subscribe(acknowledge, group="members")
         yield topic, topic.publisher(**publisher_options)
 
 

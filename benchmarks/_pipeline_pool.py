@@ -37,13 +37,13 @@ from typing import Any
 
 from actors import Actor
 from actors import Pool as ActorPool
-from runtime import Bus, Delivery, FlowControl, Publisher, Topic
+from runtime import Bus, FlowControl, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
-from ._pipeline import TIMEOUT, run_pipeline, settle
+from ._pipeline import TIMEOUT, ignore, run_pipeline, settle
 
-__all__ = ["SCENARIOS", "BatchCounter", "ignore", "queue_worker", "run_executor", "touch"]
+__all__ = ["SCENARIOS", "BatchCounter", "queue_worker", "run_executor", "touch"]
 
 _WORKERS = 2
 _CHUNK = 100
@@ -52,10 +52,6 @@ _KEYS = 16
 
 def touch(message: bytes) -> None:
     """The baselines' per-message work: nothing (the handler is trivial)."""
-
-
-def ignore(delivery: Delivery[Any]) -> None:
-    """The workers' handler: nothing (``auto_ack`` acks on return)."""
 
 
 class BatchCounter(Actor):

@@ -20,17 +20,14 @@ got faster (README, "Benchmarks", the **batching** entry).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from runtime import BatchSettings, Bus, Publisher, Topic
+from runtime import BatchSettings, Publisher, Topic
 
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import TIMEOUT, acking_pipeline, settle
-from ._pipeline_pool import ignore
 
 __all__ = ["SCENARIOS"]
 
@@ -51,23 +48,15 @@ def _timed_round(topic: Topic[Any], publisher: Publisher, messages: list[bytes])
     return rate
 
 
-@contextmanager
-def _worker_pipeline(name: str, **publisher_options: Any) -> Iterator[tuple[Topic[Any], Publisher]]:
-    """A bus with topic ``name`` read by a ``workers=2`` group, and a Publisher."""
-    with Bus() as bus:
-        topic = bus.create_topic(name)
-        topic.subscribe(ignore, group="workers", workers=2, auto_ack=True)
-        yield topic, topic.publisher(**publisher_options)
-
-
 def measure_batching(profile: Profile) -> tuple[Comparison, ...]:
     """Messages per second published and confirmed: default batching vs one per batch,
     into two worker processes (the main row) and into one acking thread member."""
     count = profile.count(100_000, minimum=1_000)
     messages = payloads(count)
     fewer = messages[:count // 10]
-    with _worker_pipeline("bench-batched") as (batched_topic, batched), \
-            _worker_pipeline("bench-unbatched", batching=UNBATCHED) as (unbatched_topic, unbatched), \
+    with acking_pipeline("bench-batched", workers=2) as (batched_topic, batched), \
+            acking_pipeline("bench-unbatched", workers=2, batching=UNBATCHED) as (
+                unbatched_topic, unbatched), \
             acking_pipeline("bench-batched-t") as (batched_t_topic, batched_t), \
             acking_pipeline("bench-unbatched-t", batching=UNBATCHED) as (unbatched_t_topic, unbatched_t):
         medians = interleave({

@@ -27,8 +27,8 @@ from runtime import Bus
 from ._child import run_child
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
-from ._pipeline import run_pipeline
-from ._pipeline_pool import ignore, run_executor, touch
+from ._pipeline import ignore, run_pipeline
+from ._pipeline_pool import run_executor, touch
 
 __all__ = ["SCENARIOS", "measure_tuned", "run_tuned"]
 
