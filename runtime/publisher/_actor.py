@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core._future import drop_unreachable, fail_future, resolve_all
+from runtime.core._future import fail_future, resolve_all
+from runtime.core._unreachable import drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate

@@ -19,7 +19,8 @@ from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
 from runtime import Bus, Delivery, Message
-from runtime.core._future import MessageFuture, drop_unreachable
+from runtime.core._future import MessageFuture
+from runtime.core._unreachable import drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._intake import Intake
 from runtime.publisher._publisher import Publisher
