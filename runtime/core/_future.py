@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar, cast
 
-__all__ = ["MessageFuture", "fail_future", "resolve_all"]
+__all__ = ["MessageFuture", "fail_future", "resolve", "resolve_all", "touch_mark"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,20 @@ _FINISHED = "FINISHED"
 
 # Taken only to build a future's condition, once per future that is ever waited on.
 _CREATING = threading.Lock()
+# The last touch of any MessageFuture: a new object, stored whenever a future is used
+# beyond being published and resolved by its settler (`resolve`): its condition built
+# (a waiter, a callback, a repr), or `set_result`, `set_exception` (failures by the
+# settler too: rare) or `set_running_or_notify_cancel` called. One store, atomic under
+# the GIL; see `touch_mark`.
+_LAST_TOUCH: list[object] = [object()]
+
+
+def touch_mark() -> object:
+    """The last touch. While ``touch_mark()`` still returns the same object, no future
+    was touched since it was read: every future published after that read is as
+    `MessageFuture()` made it (pending, no condition), unless it is held by a weak
+    reference, which this does not see."""
+    return _LAST_TOUCH[0]
 
 
 class MessageFuture(Future[T]):
@@ -87,6 +101,7 @@ class MessageFuture(Future[T]):
             with _CREATING:  # racing first users end up sharing one condition
                 condition = self._made
                 if condition is None:
+                    _LAST_TOUCH[0] = object()
                     # The lists exist before the condition does: whoever sees it sees them.
                     self._waiters = []
                     self._done_callbacks = []
@@ -121,6 +136,25 @@ class MessageFuture(Future[T]):
         Raises:
             InvalidStateError: the future is already done.
         """
+        _LAST_TOUCH[0] = object()
+        self._resolve(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Fail with ``exception`` (under the condition, as `Future` does).
+
+        Raises:
+            InvalidStateError: the future is already done.
+        """
+        _LAST_TOUCH[0] = object()
+        super().set_exception(exception)
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """`Future`'s: marks the future running (it cannot have been cancelled)."""
+        _LAST_TOUCH[0] = object()
+        return super().set_running_or_notify_cancel()
+
+    def _resolve(self, result: T) -> None:
+        """`set_result` by the future's settler, which is no touch (`touch_mark`)."""
         if self._made is None and self._state is _PENDING:
             self._result = result
             self._state = _FINISHED
@@ -159,7 +193,20 @@ def resolve_all(futures: Sequence[Future[T] | None], results: Sequence[T]) -> No
                     future._wake()
             continue
         with contextlib.suppress(InvalidStateError):
-            future.set_result(result)
+            resolve(future, result)
+
+
+def resolve(future: Future[T], result: T) -> None:
+    """``set_result`` by the future's settler: a `MessageFuture` takes its lock-free path
+    and counts no touch (`touch_mark`).
+
+    Raises:
+        InvalidStateError: the future is already done.
+    """
+    if future.__class__ is MessageFuture:
+        cast("MessageFuture[T]", future)._resolve(result)
+    else:
+        future.set_result(result)
 
 
 def fail_future(future: Future[Any] | None, error: BaseException) -> None:

@@ -9,12 +9,14 @@ finds them by reference count when the Publisher drains what was published.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from concurrent.futures import Future
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq, getitem
 from typing import TypeVar, cast
 from weakref import getweakrefcount
 
-from runtime.core._future import _PENDING, MessageFuture
+from runtime.core._future import _PENDING, MessageFuture, touch_mark
 
 __all__ = ["drop_unreachable"]
 
@@ -38,7 +40,8 @@ _ALONE = (
 
 
 def drop_unreachable(
-    futures: list[MessageFuture[T]], spares: list[MessageFuture[T]], limit: int
+    futures: list[MessageFuture[T]], spares: list[MessageFuture[T]], limit: int,
+    since: object = None,
 ) -> list[Future[T] | None]:
     """``futures``, with None in place of each future that nobody can ever observe.
 
@@ -48,14 +51,51 @@ def drop_unreachable(
     it would change nothing, and keeping it until its batch is confirmed makes every
     collection walk it. A dropped one still pending is as good as new: it goes to
     ``spares`` (while they hold fewer than ``limit``) for a later ``publish`` to reuse.
+
+    ``since`` is a `touch_mark` read before any of ``futures`` was published. While it
+    is still the mark, none was touched (no condition, still pending), so only the
+    reference counts and weak references are read; otherwise each future is checked.
     """
     counts = list(map(sys.getrefcount, futures)) if _ALONE > 0 else []
     alone = counts.count(_ALONE)
     if not alone:  # every future is held: the list as it is
         return cast("list[Future[T] | None]", futures)
-    if alone == len(futures) and _pristine(futures):  # none is held: in C calls
-        spares += futures[:max(0, limit - len(spares))]
-        return [None] * alone
+    kept: list[Future[T] | None]
+    if alone == len(futures):
+        free, kept = futures, [None] * alone
+    else:  # some held (a publish still returning its future, one a caller keeps)
+        free, kept = _split(futures, counts, len(futures) - alone)
+    # The counts come first: a future touched after them was held when they were read.
+    if (since is touch_mark() and not any(map(getweakrefcount, free))) or (
+        alone == len(futures) and _pristine(futures)
+    ):  # all in C calls
+        spares += free[:max(0, limit - len(spares))]
+        return kept
+    return _drop_each(futures, counts, spares, limit)
+
+
+def _split(
+    futures: list[MessageFuture[T]], counts: list[int], held: int,
+) -> tuple[list[MessageFuture[T]], list[Future[T] | None]]:
+    """(the futures nothing else holds, ``futures`` with None in their place), in C calls.
+
+    The held ones are most often the last few: a ``publish`` still returning its
+    future, the caller's variable holding the one before. Then two slices do.
+    """
+    cut = len(futures) - held
+    if counts[:cut].count(_ALONE) == cut:
+        return futures[:cut], [*([None] * cut), *futures[cut:]]
+    unheld = list(map(eq, counts, repeat(_ALONE)))
+    pick: Callable[[tuple[Future[T], None], bool], Future[T] | None] = getitem
+    kept = list(map(pick, zip(futures, repeat(None)), unheld))  # (future, None)[unheld]
+    return list(compress(futures, unheld)), kept
+
+
+def _drop_each(
+    futures: list[MessageFuture[T]], counts: list[int], spares: list[MessageFuture[T]],
+    limit: int,
+) -> list[Future[T] | None]:
+    """`drop_unreachable` future by future: some may have a condition or a weak reference."""
     kept: list[Future[T] | None] = list(futures)
     for index, count in enumerate(counts):
         future = futures[index]

@@ -135,7 +135,8 @@ class PublisherActor(Sending, Actor):
         if not futures:
             return
         intake = self._intake
-        kept = drop_unreachable(futures, intake.spares, intake.spare_room(len(futures)))
+        kept = drop_unreachable(
+            futures, intake.spares, intake.spare_room(len(futures)), intake.since)
         for batch in self._lanes.add(datas, attributes, keys, kept, sizes,
                                      ordering=self._ordering):
             self._close(batch)

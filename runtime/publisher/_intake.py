@@ -6,7 +6,7 @@ from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
-from runtime.core._future import MessageFuture, fail_future
+from runtime.core._future import MessageFuture, fail_future, touch_mark
 from runtime.publisher._flow_control import FlowGate
 
 __all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
@@ -53,7 +53,7 @@ class Intake:
     settles even then.
     """
 
-    __slots__ = ("armed", "rows", "sealed", "spares")
+    __slots__ = ("_mark", "armed", "rows", "sealed", "since", "spares")
 
     def __init__(self) -> None:
         self.rows: list[Any] = []
@@ -62,6 +62,8 @@ class Intake:
         # Pending futures that nobody could read any more (`drop_unreachable`), for
         # `publish` to reuse: a publisher pops one, the actor adds them (`spare_room`).
         self.spares: list[MessageFuture[str]] = []
+        # `touch_mark` read before any future of the last take was added (`take`).
+        self.since = self._mark = touch_mark()
 
     def add(self, row: Row) -> bool:
         """Append one message; True when the caller must tell the actor to drain."""
@@ -80,6 +82,9 @@ class Intake:
     def take(self) -> Columns:
         """Every message added so far, in order, as columns (gate lock held)."""
         self.armed = False
+        # Every future taken now was added after the previous take read its mark: no
+        # reader could touch one before that mark, only after it (`drop_unreachable`).
+        self.since, self._mark = self._mark, touch_mark()
         rows = self.rows
         end = len(rows)  # appends made meanwhile land after ``end``, whole: left for later
         columns = _columns(rows, end)

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.core._envelope import SEQ, Envelope
+from runtime.core._future import resolve
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters
 from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
@@ -52,7 +53,7 @@ class Burial:
                 self._changed.notify_all()
         run_effects(effects)
         for future in futures or ():
-            future.set_result(outcome)
+            resolve(future, outcome)
 
     def dead_letter_refused(self, envelope: Envelope, reason: str, error: str | None) -> None:
         """Dead-letter a message refused on its way in (counts as published and nacked)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from runtime.core._block import seqs_of
 from runtime.core._envelope import SEQ, Envelope
+from runtime.core._future import resolve
 from runtime.core._outcome import Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._admission import Admission
@@ -273,6 +274,6 @@ class Ledger(Admission, Burial):
             self._counters.delivered += 1
         future = track.future
         if future is not None:
-            effects.append(lambda: future.set_result(outcome))
+            effects.append(lambda: resolve(future, outcome))
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 import pytest
 from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
 from runtime import Bus, Delivery, Message
-from runtime.core._future import MessageFuture
+from runtime.core._future import MessageFuture, resolve, touch_mark
 from runtime.core._unreachable import drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._intake import Intake
@@ -78,6 +78,97 @@ def test_dropped_pending_futures_become_spares_up_to_the_limit(held: bool) -> No
     assert kept[20] is kept_elsewhere
     assert len(spares) == 30 and spares[:5] == first_spares
     assert all(not spare.done() and spare is not kept_elsewhere for spare in spares)
+
+
+def test_the_futures_a_list_holds_last_are_kept_and_the_rest_dropped() -> None:
+    futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(40)]
+    mark = touch_mark()
+    last_two = futures[-2:]
+    spares: list[MessageFuture[str]] = []
+
+    kept = drop_unreachable(futures, spares, 100, mark)
+
+    assert kept[:38] == [None] * 38 and kept[38:] == last_two
+    assert spares == futures[:38]
+
+
+def test_a_held_future_amid_dropped_ones_keeps_its_place() -> None:
+    futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(40)]
+    mark = touch_mark()
+    held = (futures[3], futures[17])
+
+    kept = drop_unreachable(futures, [], 0, mark)
+
+    assert [index for index, future in enumerate(kept) if future is not None] == [3, 17]
+    assert (kept[3], kept[17]) == held
+
+
+@pytest.mark.parametrize("touch", ["callback", "waiter", "repr", "result", "exception"])
+def test_a_future_touched_after_the_mark_is_checked_on_its_own(touch: str) -> None:
+    futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(30)]
+    mark = touch_mark()
+    touched = futures[7]
+    if touch == "callback":
+        touched.add_done_callback(lambda _: None)
+    elif touch == "waiter":
+        with pytest.raises(TimeoutError):
+            touched.result(timeout=0)
+    elif touch == "repr":
+        repr(touched)
+    elif touch == "result":
+        touched.set_result("by its holder")
+    else:
+        touched.set_exception(RuntimeError("by its holder"))
+    del touched
+    spares: list[MessageFuture[str]] = []
+
+    kept = drop_unreachable(futures, spares, 100, mark)
+
+    assert touch_mark() is not mark
+    condition_made = touch != "result"  # Future.set_exception takes the condition
+    assert [index for index, future in enumerate(kept) if future is not None] == (
+        [7] if condition_made else [])
+    assert len(spares) == 29 and futures[7] not in spares  # never a done one
+    assert all(not spare.done() for spare in spares)
+
+
+def test_a_weak_reference_keeps_a_future_while_the_mark_holds() -> None:
+    futures: list[MessageFuture[str]] = [MessageFuture() for _ in range(10)]
+    mark = touch_mark()
+    referenced = weakref.ref(futures[4])
+
+    kept = drop_unreachable(futures, [], 0, mark)
+
+    assert touch_mark() is mark
+    assert [future is not None for future in kept].count(True) == 1
+    assert kept[4] is referenced()
+
+
+def test_the_settler_resolving_is_no_touch_and_a_holder_setting_is() -> None:
+    future: MessageFuture[str] = MessageFuture()
+    mark = touch_mark()
+
+    resolve(future, "id-1")
+
+    assert touch_mark() is mark and future.result(timeout=0) == "id-1"
+    with pytest.raises(InvalidStateError):
+        future.set_result("again")
+    assert touch_mark() is not mark
+
+
+def test_an_intake_take_gives_the_mark_from_before_its_futures_were_added() -> None:
+    intake = Intake()
+    intake.take()
+    future: MessageFuture[str] = MessageFuture()
+    intake.add((b"m", {}, None, future, 1, False))
+    future.add_done_callback(lambda _: None)  # touched, then let go: only the list holds it
+    del future
+
+    futures = intake.take()[3]
+    kept = drop_unreachable(futures, [], 10, intake.since)
+
+    assert kept == futures and kept[0] is not None
+    assert intake.take()[3] == [] and intake.since is touch_mark()
 
 
 def test_discarded_futures_do_not_wait_for_their_batch(system: ActorSystem) -> None:
