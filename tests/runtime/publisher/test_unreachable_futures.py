@@ -250,13 +250,18 @@ def test_a_spare_future_is_returned_pending_and_resolves_with_its_own_id(
     assert [m.data for batch in topic.batches for m in batch][-1] == b"again"
 
 
-def test_spares_are_trimmed_to_twice_the_last_drain_and_a_little_more() -> None:
+def test_spares_are_trimmed_to_twice_the_recent_peak_drain_and_a_little_more() -> None:
     intake = Intake()
-    intake.spares += [MessageFuture() for _ in range(5_000)]
+    intake.spares += [MessageFuture() for _ in range(70_000)]
 
-    assert intake.spare_room(100_000) == 65_536 and len(intake.spares) == 5_000
-    assert intake.spare_room(100) == 1_224 and len(intake.spares) == 1_224
-    assert intake.spare_room(0) == 1_024 and len(intake.spares) == 1_024
+    assert intake.spare_room(100_000) == 65_536 and len(intake.spares) == 65_536
+    rooms = [intake.spare_room(100) for _ in range(60)]
+
+    # The peak loses an eighth per drain: 87,500, 76,563, ..., 34,363, 30,068.
+    assert rooms[:8] == [65_536] * 8 and rooms[8] == 2 * 30_068 + 1_024
+    assert rooms == sorted(rooms, reverse=True)
+    assert rooms[-1] == 2 * 100 + 1_024 and len(intake.spares) == 1_224
+    assert [intake.spare_room(4_000), intake.spare_room(0)] == [9_024, 2 * 3_500 + 1_024]
 
 
 def test_a_closed_publisher_keeps_no_spares(system: ActorSystem) -> None:
