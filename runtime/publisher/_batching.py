@@ -106,8 +106,13 @@ class Batch:
     ) -> None:
         """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch given
         all of them takes the lists themselves (a lane's picked columns: one copy fewer)."""
-        if not self.futures and part.start == 0 and part.stop == len(futures):
-            self.datas, self.attributes, self.keys, self.futures = datas, attributes, keys, futures
+        if not self.futures:  # its own slices (an extend copied each slice once more)
+            if part.start == 0 and part.stop == len(futures):
+                self.datas, self.attributes, self.keys, self.futures = (
+                    datas, attributes, keys, futures)
+            else:
+                self.datas, self.attributes, self.keys, self.futures = (
+                    datas[part], attributes[part], keys[part], futures[part])
             self.size = size
             return
         self.datas += datas[part]
