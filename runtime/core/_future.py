@@ -31,11 +31,12 @@ second thread can build a second dict from the same array; the interpreter later
 frees it twice. CI crashed so once (SIGSEGV; under gdb, in ``dictresize`` of such a
 dict). `tests/support/future_stress.py` reproduces it at once. In slots the attributes
 never touch that array (no ``__dict__`` is built unless someone stores another
-attribute), and they sit in the future's own memory. The Publisher reads every future
-of a drain three or four times (`drop_unreachable`): for 10,000 futures shuffled among
-other allocations, as spares lie in memory, that took 260-299 ns per future with the
-values in their separate array and 166 in slots (/tmp/prof/futslots.py; the cause,
-cache misses on the separate array, is inferred). The creating thread still stores all
+attribute), and they sit in the future's own memory. The Publisher then read every
+future of a drain three or four times (`drop_unreachable`; now twice while no future
+was touched, see `touch_mark`): for 10,000 futures shuffled among other allocations,
+as spares lie in memory, that took 260-299 ns per future with the values in their
+separate array and 166 in slots (/tmp/prof/futslots.py; the cause, cache misses on
+the separate array, is inferred). The creating thread still stores all
 six: a slot read before it is written raises.
 """
 
