@@ -26,7 +26,6 @@ from typing import Any
 
 from actors import Actor, Ref
 from runtime.core._future import fail_future, resolve_all
-from runtime.core._unreachable import drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
@@ -47,6 +46,7 @@ from runtime.publisher._messages import (
 from runtime.publisher._sending import SEND_WINDOW, Sending
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
+from runtime.publisher._unreachable import drop_unreachable
 
 __all__ = ["SEND_WINDOW", "PublisherActor"]
 

@@ -20,10 +20,10 @@ from support.publisher import FakeTopic, batching
 from actors import ActorSystem
 from runtime import Bus, Delivery, Message
 from runtime.core._future import MessageFuture, resolve, touch_mark
-from runtime.core._unreachable import drop_unreachable
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._intake import Intake
 from runtime.publisher._publisher import Publisher
+from runtime.publisher._unreachable import drop_unreachable
 
 COUNT = 200
 
