@@ -69,8 +69,8 @@ _LAST_TOUCH: list[object] = [object()]
 def touch_mark() -> object:
     """The last touch. While ``touch_mark()`` still returns the same object, no future
     was touched since it was read: every future published after that read is as
-    `MessageFuture()` made it (pending, no condition), unless it is held by a weak
-    reference, which this does not see."""
+    `MessageFuture()` made it (pending, no condition). Weak references are no touch:
+    `drop_unreachable` counts them itself."""
     return _LAST_TOUCH[0]
 
 

@@ -23,7 +23,8 @@ WIDTH = 6
 # full collection walks the spares. The peak is the largest drain, less an eighth of it
 # per drain since: a burst's spares outlast the small drains that end it (trimmed to
 # twice the last drain, ~10% of a benchmark's publishes built a new future, and each new
-# one is young work for the collector) and go after some 20 drains of little.
+# one is young work for the collector), and the room halves about every five drains of
+# little after it.
 SPARES = 65_536
 SPARES_FLOOR = 1_024
 Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, "bool | None"]
