@@ -104,15 +104,14 @@ class Batch:
         self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
         keys: list[str | None], futures: list[Future[str] | None],
     ) -> None:
-        """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch given
-        all of them takes the lists themselves (a lane's picked columns: one copy fewer)."""
-        if not self.futures:  # its own slices (an extend copied each slice once more)
-            if part.start == 0 and part.stop == len(futures):
-                self.datas, self.attributes, self.keys, self.futures = (
-                    datas, attributes, keys, futures)
-            else:
-                self.datas, self.attributes, self.keys, self.futures = (
-                    datas[part], attributes[part], keys[part], futures[part])
+        """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch
+        keeps the lists given whole (a lane's picked columns), else the slices: no copy
+        of them into lists of its own."""
+        if not self.futures:
+            whole = part.start == 0 and part.stop == len(futures)
+            self.datas, self.attributes, self.keys, self.futures = (
+                (datas, attributes, keys, futures) if whole
+                else (datas[part], attributes[part], keys[part], futures[part]))
             self.size = size
             return
         self.datas += datas[part]
@@ -160,11 +159,6 @@ class Batcher:
     def open_messages(self) -> int:
         """The messages waiting in open batches."""
         return sum(len(batch) for batch in self._open.values())
-
-    def add(self, key: str | None, message: Message, future: Future[str], size: int) -> list[Batch]:
-        """Add a message to its lane's open batch; return the batches this closed, in order."""
-        parts = (message.data, message.attributes, message.ordering_key, future, size)
-        return self.add_many(key, (parts,))
 
     def add_many(self, key: str | None, items: Iterable[Parts]) -> list[Batch]:
         """Add messages, in order, to one lane; return the batches they closed, in order.

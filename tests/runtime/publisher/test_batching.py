@@ -24,8 +24,13 @@ class FakeClock:
 
 
 def add(batcher: Batcher, size: int, key: str | None = None) -> list[Batch]:
-    message = Message(data=b"x" * size, ordering_key=key)
-    return batcher.add(key, message, Future(), message.size)
+    return add_message(batcher, key, Message(data=b"x" * size, ordering_key=key))
+
+
+def add_message(batcher: Batcher, key: str | None, message: Message) -> list[Batch]:
+    """One message into its lane, as the Publisher adds a burst (`Batcher.add_many`)."""
+    parts = (message.data, message.attributes, message.ordering_key, Future(), message.size)
+    return batcher.add_many(key, [parts])
 
 
 def sizes(batch: Batch) -> list[int]:
@@ -103,7 +108,7 @@ def test_size_counts_utf8_attributes() -> None:
     batcher = Batcher(BatchSettings(max_bytes=10, max_latency=60.0), clock=FakeClock())
     message = Message(data=b"ab", attributes={"é": "xyz"})
 
-    closed = batcher.add(None, message, Future(), message.size)
+    closed = add_message(batcher, None, message)
 
     assert message.size == 2 + 2 + 3
     assert closed == []
