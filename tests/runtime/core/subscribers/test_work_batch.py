@@ -30,6 +30,7 @@ from runtime.core.subscribers._workers import (
     _claim_settled,
     payload_size,
 )
+from runtime.errors import SettlementError
 
 PLAIN: Envelope = (1, "1", {"order": 7}, "k1", {"a": "b"}, "orders", None)
 PUBLISHED: Envelope = (2, "2", b"data", None, {"x": "y"}, "orders", 1234.5)
@@ -189,6 +190,39 @@ def test_a_lease_that_runs_out_during_a_handler_acks_nothing_more_and_runs_nothi
     assert seen == ["1", "2"]  # a third never ran
     assert [d.state for d in received] == [ACKED, NACKED, NACKED][:count]
     assert [d.timed_out for d in received] == [False, True, True][:count]
+    assert not handover.pending
+
+
+def test_a_lease_another_thread_expired_runs_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop reads the clock after each handler; a late claim from another thread can
+    expire the lease just after that reading: the next delivery must not run."""
+    from runtime.core.subscribers import _member, _work_batch
+
+    now = [100.0]
+    monkeypatch.setattr(_member, "_monotonic", lambda: now[0])
+    monkeypatch.setattr(_work_batch, "_monotonic", lambda: now[0])
+    seen: list[str] = []
+    refused: list[SettlementError] = []
+
+    def handler(delivery: Delivery[Any]) -> None:
+        seen.append(delivery.message_id)
+        if delivery.message_id == "2":
+            now[0] += 60.0  # a claim past the deadline (as a late ack from another thread)
+            try:
+                delivery.ack()
+            except SettlementError as exc:
+                refused.append(exc)
+            now[0] -= 60.0  # the loop's own reading, taken just before that claim
+
+    _, sent = handed_over(PLAIN, PUBLISHED, PLAIN)
+    batch = WorkBatch.of(5, "g", "orders", sent, ack_timeout=30.0)
+    handover = HandOver(None, 5, "g")
+    received = batch.deliveries(handover, now[0] + 27.0)
+    _member.run_handler(handler, True, handover, received, log=False)
+
+    assert seen == ["1", "2"] and len(refused) == 1  # the third never ran
+    assert [d.state for d in received] == [ACKED, NACKED, NACKED]
+    assert [d.timed_out for d in received] == [False, True, True]
     assert not handover.pending
 
 
