@@ -35,6 +35,8 @@ class HandOver:
     the deadline sweep and the close sweep race safely and exactly one of them wins.
     While ``owner`` (a thread id) runs the handler, its settlements collect in
     ``buffer`` and leave as one message; settlements from other threads go alone.
+    ``nacked`` turns True when one of its deliveries is nacked (before that delivery
+    goes anywhere): with it a worker knows a batch was all acked without a pass.
 
     Args:
         sink: where settlements go.
@@ -43,8 +45,8 @@ class HandOver:
     """
 
     __slots__ = (
-        "buffer", "deadline", "group", "id", "live", "owner", "pending", "renew_at", "sink",
-        "subscriber_id",
+        "buffer", "deadline", "group", "id", "live", "nacked", "owner", "pending", "renew_at",
+        "sink", "subscriber_id",
     )
 
     def __init__(self, sink: Sink | None, subscriber_id: int, group: str | None) -> None:
@@ -58,6 +60,7 @@ class HandOver:
         self.live = False
         self.deadline = 0.0
         self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
+        self.nacked = False
 
     def open_buffer(self) -> list[Delivery[Any]]:
         """Start collecting this thread's settlements; returns the buffer."""
@@ -243,6 +246,7 @@ class Delivery(Generic[T]):
     def _set_nacked(self, reason: str, error: str | None, *, timed_out: bool = False) -> None:
         self._failure = (reason, error, timed_out)
         self._state = NACKED
+        self._handover.nacked = True
 
     def _send(self) -> None:
         handover = self._handover

@@ -20,7 +20,6 @@ from typing import Any
 from actors import Actor
 from runtime.core._block import Block, Runs
 from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Envelope
-from runtime.core.settlement._claims import all_acked
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
 from runtime.core.subscribers._plain_pickle import dumps_plain
@@ -284,7 +283,9 @@ class WorkerActor(Actor):
         # Settled deliveries are answered for and leave no cycle behind (delivery ->
         # hand-over -> sink -> delivery): the batch is freed on return, not by the
         # collector (which took 17% of a worker's CPU freeing every batch).
-        if len(settled) == len(deliveries) and all_acked(settled):
+        # Each settled one is acked unless the hand-over saw a nack (set before the
+        # nacked delivery is sent): no pass over them (~5% of this call per message).
+        if len(settled) == len(deliveries) and not handover.nacked:
             return elapsed, len(deliveries)
         return elapsed, [
             (d._index, d._state is ACKED, d.reason, d.error, *_cause_of(d)) for d in settled

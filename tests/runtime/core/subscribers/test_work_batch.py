@@ -165,6 +165,22 @@ def test_worker_answers_settlements_when_one_was_not_acked() -> None:
     assert exception == "ValueError" and "raise ValueError" in text and len(reply[0]) == 4
 
 
+@pytest.mark.parametrize("lease", [None, 30.0])
+def test_worker_answers_settlements_when_its_handler_nacked_one(lease: float | None) -> None:
+    def handler(delivery: Delivery[Any]) -> None:
+        if delivery.message_id == "2":
+            delivery.nack("why")
+        else:
+            delivery.ack()
+
+    _, sent = handed_over(PLAIN, PUBLISHED, PLAIN)
+    worker = WorkerActor(handler, False)
+
+    _, reply = worker.on_receive(WorkBatch.of(5, "g", "orders", sent, ack_timeout=lease))
+
+    assert reply == [(0, True, None, None), (1, False, "nack", "why"), (2, True, None, None)]
+
+
 @pytest.mark.parametrize("count", [2, 3])  # the slow handler last, or one after it
 def test_a_lease_that_runs_out_during_a_handler_acks_nothing_more_and_runs_nothing_more(
     monkeypatch: pytest.MonkeyPatch, count: int,
