@@ -9,7 +9,7 @@ from typing import Any
 from runtime.core._future import MessageFuture, fail_future, touch_mark
 from runtime.publisher._flow_control import FlowGate
 
-__all__ = ["Columns", "Intake", "Row", "reap", "uncounted"]
+__all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "uncounted"]
 
 # A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
 # future, size, counted. ``counted`` is True when the flow-control gate counted the
@@ -26,7 +26,16 @@ WIDTH = 6
 # one is young work for the collector), and the room halves about every five drains of
 # little after it.
 SPARES = 65_536
+# A publisher that finds this many messages (and each multiple of it) waiting for the
+# actor releases the GIL for a moment (``time.sleep(0)``). A publish loop otherwise
+# holds it until the interpreter's switch interval (5 ms) forces a switch, and every
+# thread downstream (the Publisher actor, the topic, the group, the reader of worker
+# replies) waits up to that long for its turn: in ``pipeline_pool`` the first hand-over
+# reached a worker 20-70 ms into a 180 ms round of 100,000 publishes, and a worker
+# whose reply waited for the GIL sat idle. The threads then run as the publisher goes.
+YIELD_EVERY = 1_024
 SPARES_FLOOR = 1_024
+YIELD_ROWS = YIELD_EVERY * WIDTH
 Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, "bool | None"]
 Columns = tuple[
     list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],

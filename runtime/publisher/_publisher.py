@@ -23,7 +23,7 @@ from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import Intake, reap
+from runtime.publisher._intake import YIELD_ROWS, Intake, reap
 from runtime.publisher._messages import BatchTopic, Flush, Resume, SetOptions
 from runtime.publisher._submit import DRAIN, SEND_NOW, Submitting
 from runtime.publisher._validation import (
@@ -42,6 +42,7 @@ _ASK_TIMEOUT = 10.0
 # Ordering keys of at most this many characters are at most MAX_ORDERING_KEY_BYTES in
 # UTF-8 (4 bytes per character at most): publish's fast path accepts them unencoded.
 _SHORT_KEY = MAX_ORDERING_KEY_BYTES // 4
+_yield = time.sleep  # sleep(0): the GIL released for a moment (see YIELD_EVERY)
 
 
 class Publisher(Submitting):
@@ -175,10 +176,13 @@ class Publisher(Submitting):
         if counted is True:
             self._submit_limited((data, checked, ordering_key, future, size, True))
         else:
-            intake.rows.extend((data, checked, ordering_key, future, size, counted))
+            rows = intake.rows
+            rows.extend((data, checked, ordering_key, future, size, counted))
             if not intake.armed:
                 intake.armed = True
                 self._tell(DRAIN)
+            elif not len(rows) % YIELD_ROWS:  # see YIELD_EVERY
+                _yield(0)
         if intake.sealed:  # the actor stopped for good, maybe racing this call
             reap(intake, gate, closed_error)
         return future

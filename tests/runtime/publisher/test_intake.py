@@ -11,7 +11,7 @@ from support.publisher import FakeTopic, batching
 from actors import ActorSystem
 from runtime.errors import PublishError
 from runtime.publisher._flow_control import FlowControl
-from runtime.publisher._intake import Intake, Row, uncounted
+from runtime.publisher._intake import WIDTH, YIELD_EVERY, Intake, Row, uncounted
 from runtime.publisher._publisher import Publisher
 
 
@@ -184,3 +184,28 @@ def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
     assert [intake.add(row), intake.add(row), intake.add(row)] == [True, False, False]
     assert len(intake.take()[0]) == 3
     assert intake.add(row) is True  # the drain cleared it: the next message rings again
+
+
+def test_a_publisher_running_ahead_of_the_actor_yields_every_1024_waiting_messages(
+    system: ActorSystem, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.publisher import _publisher
+
+    with Publisher(FakeTopic(), system=system) as pub:
+        told: list[object] = []
+        tell = pub._tell
+        pub._tell = told.append  # the drain is held back: the actor never takes
+        waiting: list[int] = []
+        monkeypatch.setattr(_publisher, "_yield",
+                            lambda seconds: waiting.append(len(pub._intake.rows) // WIDTH))
+
+        futures = [pub.publish(b"%d" % n) for n in range(3 * YIELD_EVERY + 10)]
+
+        assert YIELD_EVERY == 1_024 and waiting == [1_024, 2_048, 3_072]
+        assert len(told) == 1  # one drain asked for, none taken
+        pub._tell = tell
+        tell(told[0])
+        pub.flush(timeout=10)
+        assert [f.result(timeout=0) for f in futures] == [
+            f"fake-{n}" for n in range(1, 3 * YIELD_EVERY + 11)]
+        assert len(waiting) == 3  # the actor took them all: nothing more to yield for
