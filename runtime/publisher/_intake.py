@@ -18,23 +18,24 @@ __all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "unc
 # counted the message, the actor counts its bytes).
 WIDTH = 6
 # Spare futures an intake keeps: twice its recent peak drain and 1,024 more, at most
-# 65,536 (~9 MiB). A fast publisher adds tens of thousands between two drains (each waits
-# for the interpreter's switch interval), more or fewer from one drain to the next; every
-# full collection walks the spares. The peak is the largest drain, less an eighth of it
-# per drain since: a burst's spares outlast the small drains that end it (trimmed to
-# twice the last drain, ~10% of a benchmark's publishes built a new future, and each new
-# one is young work for the collector), and the room halves about every five drains of
-# little after it.
+# 65,536 (~9 MiB). A fast publisher added tens of thousands between two drains (each
+# waited for the interpreter's switch interval, before `YIELD_EVERY`), more or fewer from
+# one drain to the next; every full collection walks the spares. The peak is the largest
+# drain, less an eighth of it per drain since: a burst's spares outlast the small drains
+# that end it (trimmed to twice the last drain, ~10% of a benchmark's publishes built a
+# new future, and each new one is young work for the collector), and the room halves
+# about every five drains of little after it.
 SPARES = 65_536
+SPARES_FLOOR = 1_024
 # A publisher that finds this many messages (and each multiple of it) waiting for the
 # actor releases the GIL for a moment (``time.sleep(0)``). A publish loop otherwise
-# holds it until the interpreter's switch interval (5 ms) forces a switch, and every
+# holds it until the interpreter's switch interval (5 ms) forces a switch, and each
 # thread downstream (the Publisher actor, the topic, the group, the reader of worker
 # replies) waits up to that long for its turn: in ``pipeline_pool`` the first hand-over
-# reached a worker 20-70 ms into a 180 ms round of 100,000 publishes, and a worker
-# whose reply waited for the GIL sat idle. The threads then run as the publisher goes.
+# reached a worker 19-69 ms into a 174-206 ms round of 100,000 publishes, and each
+# worker had nothing in flight for 15-45% of the round. The threads now run while the
+# publisher goes on (a yield every 256 or 512 messages did worse than every 1,024).
 YIELD_EVERY = 1_024
-SPARES_FLOOR = 1_024
 YIELD_ROWS = YIELD_EVERY * WIDTH
 Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, "bool | None"]
 Columns = tuple[
