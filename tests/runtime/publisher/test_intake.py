@@ -195,17 +195,16 @@ def test_a_publisher_running_ahead_of_the_actor_yields_every_1024_waiting_messag
         told: list[object] = []
         tell = pub._tell
         pub._tell = told.append  # the drain is held back: the actor never takes
-        waiting: list[int] = []
-        monkeypatch.setattr(_publisher, "_yield",
-                            lambda seconds: waiting.append(len(pub._intake.rows) // WIDTH))
+        waiting: list[tuple[int, float]] = []
+        monkeypatch.setattr(_publisher, "_yield", lambda seconds: waiting.append(
+            (len(pub._intake.rows) // WIDTH, seconds)))
 
         futures = [pub.publish(b"%d" % n) for n in range(3 * YIELD_EVERY + 10)]
 
-        assert YIELD_EVERY == 1_024 and waiting == [1_024, 2_048, 3_072]
+        assert YIELD_EVERY == 1_024 and waiting == [(1_024, 0), (2_048, 0), (3_072, 0)]
         assert len(told) == 1  # one drain asked for, none taken
         pub._tell = tell
         tell(told[0])
         pub.flush(timeout=10)
         assert [f.result(timeout=0) for f in futures] == [
             f"fake-{n}" for n in range(1, 3 * YIELD_EVERY + 11)]
-        assert len(waiting) == 3  # the actor took them all: nothing more to yield for
