@@ -78,10 +78,8 @@ def _run_each(
     for delivery in deliveries:
         index = delivery._index
         if expires is not None:
-            if now >= expires:
+            if now >= expires or not pending:  # empty: a late claim expired it already
                 pending.pop(index, None)  # the lease expires every delivery still pending
-                return
-            if not pending:  # another thread's late claim expired the lease
                 return
         elif not _has(pending, index):
             continue
