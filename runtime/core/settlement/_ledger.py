@@ -101,6 +101,20 @@ class Ledger(Admission, Burial):
                     future = None if futures is None else futures[index]
                     tracks[seq] = OutcomeTrack(destinations, future)
 
+    def reserve_one(self, seq: int, destinations: int, future: Future[Outcome]) -> None:
+        """`reserve` and `count` for one ``topic.publish`` under one lock: the message
+        ``seq`` is published and pending, its ``future`` tracked.
+
+        Raises:
+            TopicClosedError: the topic closed; nothing was counted.
+        """
+        with self._lock:
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            self._counters.published += 1
+            self.pending += 1
+            self._tracks[seq] = OutcomeTrack(destinations, future)
+
     # -- subscriber side ----------------------------------------------------------
 
     def register(self, handover: HandOver) -> bool:

@@ -265,3 +265,45 @@ def test_an_outcome_future_is_not_cancellable_and_serves_callbacks_and_as_comple
     assert cancelled is False
     assert len(finished) == 3 and all(f.result().acked for f in finished)
     assert done == [Outcome(acked=True, nacks=())]
+
+
+def test_a_publish_refused_by_a_full_group_never_counts_as_published(bus: Bus) -> None:
+    topic = bus.create_topic("orders", balanced_capacity=1, ack_timeout=None)
+    topic.create_group("held")  # no member: the first message fills the group
+    topic.publish("first")
+    with pytest.raises(WouldBlock):
+        topic.publish("second", timeout=0.05)
+    assert (topic.stats().published, topic.stats().pending) == (1, 1)
+    waiting = threading.Event()
+
+    def publish_blocked() -> None:
+        waiting.set()
+        topic.publish("third")
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(publish_blocked)
+        waiting.wait(5)
+        gate = topic._subscribers.handles()[0].gate
+        assert wait_until(lambda: gate._waiting == 1, 10.0)
+        assert topic.stats().published == 1  # waiting for room: not in the topic yet
+        topic.close()
+        with pytest.raises(TopicClosedError):
+            future.result(timeout=10)
+
+    stats = topic.stats()
+    assert (stats.published, stats.pending) == (1, 0)
+    assert [(d.message, d.reason) for d in topic.dead_letters] == [("first", "closed")]
+
+
+def test_lone_publishes_reach_a_broadcast_subscriber_from_when_it_joins(bus: Bus) -> None:
+    topic = bus.create_topic("orders", ack_timeout=None)
+    group = topic.subscription(group="g")
+    before = topic.publish("before")
+    reader = topic.subscription()
+    after = topic.publish("after")
+
+    assert (before.broadcast, after.broadcast) == (0, 1)
+    assert before.balanced == after.balanced == {"g": "enqueued"}
+    assert reader.receive(timeout=5).message == "after"
+    assert [group.receive(timeout=5).message for _ in range(2)] == ["before", "after"]
+    assert topic.stats().published == 2
