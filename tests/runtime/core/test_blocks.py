@@ -119,6 +119,27 @@ def test_keyed_runs_of_a_block_are_routed_as_slices_in_order() -> None:
         assert [e[0] for e in bucket] == [e[0] for e in block if e[3] in keys]
 
 
+@pytest.mark.parametrize("stamps", [7.0, [float(n) for n in range(64)]])
+def test_a_block_of_interleaved_keys_reaches_each_queue_as_one_block_of_its_messages(
+    stamps: float | list[float],
+) -> None:
+    keys = [None if n % 5 == 0 else f"k{n % 16}" for n in range(64)]  # a key change each
+    block = Block(range(1, 65), [b"m%d" % n for n in range(64)], keys,
+                  [{"n": str(n)} if n % 3 else None for n in range(64)], "t", stamps)
+    queue, buckets = Fifo(), {1: Fifo(), 2: Fifo()}
+
+    sort_by_key(block, [1, 2], queue, buckets)
+
+    expected: dict[int, list[Any]] = {0: [], 1: [], 2: []}
+    for envelope in block:
+        key = envelope[3]
+        expected[0 if key is None else [1, 2][hash(key) % 2]].append(envelope)
+    for member, fifo in ((0, queue), *buckets.items()):
+        assert [type(piece) for piece in fifo.pieces()] == [Block] * bool(expected[member])
+        assert list(fifo) == expected[member]
+    assert sum(map(len, expected.values())) == 64 and all(expected.values())
+
+
 def _routed(keys: Sequence[str | None]) -> tuple[list[int], dict[int, list[int]]]:
     block = Block(range(1, len(keys) + 1), [b"x"] * len(keys), keys, None, "t", 1.0)
     queue, buckets = Fifo(), {1: Fifo(), 2: Fifo(), 3: Fifo()}
