@@ -344,3 +344,18 @@ def test_chunks_of_one_key_each_go_whole_to_their_key_s_member_unsorted(
             assert own in ([], list(range(keys.index(key) * 10, keys.index(key) * 10 + 10)))
     everything = sorted(int(m[1:]) for b in first.got + second.got for m in b)
     assert everything == list(range(41)) and not list(letters)
+
+
+def test_a_burst_of_lone_unkeyed_publishes_waits_as_one_piece_and_leaves_in_order() -> None:
+    from runtime.core.subscribers._group_mail import Join
+
+    group, letters = _bare_group()  # no member yet: what arrives waits in the queue
+    for n in range(50):  # flagged keyless, as the fan-out does
+        group._arrivals.put([_envelope(n, None)], False)
+    group.on_receive(ARRIVED)
+
+    assert len(group._queue.pieces()) == 1 and len(group._queue) == 50
+    member = _Recorder(1, window=64)
+    group.on_receive(Join(member))
+    assert member.got == [[f"m{n}" for n in range(50)]]
+    assert not list(letters)
