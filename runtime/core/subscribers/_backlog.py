@@ -41,11 +41,12 @@ class Backlog:
         The topic marks each chunk (`KeyMark`): one without keys goes to the FIFO as it
         is (a burst of one-at-a-time publishes without keys, joined as one piece: per
         2,000 of them into ``workers=2``, the group's CPU fell from 7.0-8.5 to 5.5-6.3
-        ms: /tmp/p40/grpab.py, three runs of 40-80 alternated rounds), one of a single key (an ordered Publisher's batch) to that key's member as
-        it is; no key is read. Several chunks of mixed keys (a burst of one-at-a-time
-        publishes is many one-message chunks; not blocks, whose runs of a key move
-        whole) are sorted as one: per 2,000 such publishes
-        into ``workers=2``, the group's CPU fell from 5.8-6.2 to 4.2-4.6 ms. Unless a key
+        ms, /tmp/p40/grpab.py, three runs of 40-80 alternated rounds), one of a single
+        key (an ordered Publisher's batch) to that key's member as it is; no key is
+        read. Several chunks of mixed keys (a burst of one-at-a-time publishes is many
+        one-message chunks; not blocks, whose runs of a key move whole) are sorted as
+        one: per 2,000 such publishes into ``workers=2``, the group's CPU fell from
+        5.8-6.2 to 4.2-4.6 ms. Unless a key
         does not hash (`sort_by_key` hashes every key before it moves anything): then
         chunk by chunk, so only that key's own chunk is refused (with fewer than two
         members nothing is hashed or checked).

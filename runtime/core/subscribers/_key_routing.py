@@ -150,9 +150,9 @@ def _move_each(
 ) -> None:
     """Runs of one key (an ordered Publisher sends a batch per key) move as slices, found
     by ``groupby`` over the keys in C; interleaved keys are gathered message by message
-    into one list per queue. Per message (a chunk of 106, two members), against routing
-    each message by its own hash: runs of 35 0.15 -> 0.10 µs, 16 interleaved keys 0.155
-    -> 0.12-0.13, no key 0.04."""
+    into one list per queue (a block's into one block per queue: `picked`). Per message
+    (a chunk of 106, two members), against routing each message by its own hash: runs
+    of 35 0.15 -> 0.10 µs, 16 interleaved keys 0.155 -> 0.12-0.13, no key 0.04."""
     most = len(keys) // _RUNS_SHARE + 1  # past this many, the runs are not worth reading
     runs = [(key, len(list(run))) for key, run in islice(groupby(keys), most)]
     if len(runs) * _RUNS_SHARE < len(keys):
