@@ -40,8 +40,8 @@ class Backlog:
 
         The topic marks each chunk (`KeyMark`): one without keys goes to the FIFO as it
         is (a burst of one-at-a-time publishes without keys, joined as one piece: per
-        2,000 of them into ``workers=2``, the group's CPU fell from 7.0-8.5 to 5.5-6.3
-        ms, /tmp/p40/grpab.py, three runs of 40-80 alternated rounds), one of a single
+        2,000 of them into ``workers=2``, the group's CPU fell from 8.0-9.5 to 6.5-8.7
+        ms, /tmp/p40/grpab.py, two runs of 60 alternated rounds), one of a single
         key (an ordered Publisher's batch) to that key's member as it is; no key is
         read. Several chunks of mixed keys (a burst of one-at-a-time publishes is many
         one-message chunks; not blocks, whose runs of a key move whole) are sorted as
@@ -54,9 +54,8 @@ class Backlog:
         chunks = [chunk for chunk, _ in arrived]
         marks = list(map(_MARK, arrived))
         keyed = marks.count(False) != len(marks)
-        if not keyed and self._ended is None and Block not in map(type, chunks):
-            self._queue.extend(join_envelopes(chunks))  # one-at-a-time publishes: one piece
-            return
+        if not keyed and len(chunks) > 1 and Block not in map(type, chunks):
+            chunks = [join_envelopes(chunks)]  # one-at-a-time publishes: one piece
         if keyed and self._ended is None and len(self._members) > 1:  # keys to route
             if True not in marks:
                 self._route(chunks, marks)
