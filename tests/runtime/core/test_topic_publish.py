@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 
 import pytest
 from support.reliability import wait_until
 
-from runtime import Bus, Delivery, Nack, Outcome, PublishReport
+from runtime import Bus, Delivery, Nack, Outcome, PublishReport, Topic
 from runtime.core._publishing import PartlyPublished
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
@@ -27,6 +28,21 @@ class RushOrder(Order):
 def bus() -> Iterator[Bus]:
     with Bus() as bus:
         yield bus
+
+
+@contextmanager
+def _publishing(topic: Topic[str], message: str) -> Iterator[Future[PublishReport]]:
+    """``topic.publish(message)`` running in another thread (started when this yields)."""
+    started = threading.Event()
+
+    def publish() -> PublishReport:
+        started.set()
+        return topic.publish(message)
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(publish)
+        assert started.wait(5)
+        yield future
 
 
 def test_closed_guard_comes_before_the_type_check(bus: Bus) -> None:
@@ -197,15 +213,8 @@ def test_closing_wakes_a_blocked_publisher_with_topic_closed(bus: Bus) -> None:
     topic = bus.create_topic("orders", max_pending=1, ack_timeout=None)
     topic.create_group("held")
     topic.publish("first")
-    waiting = threading.Event()
 
-    def publish_blocked() -> None:
-        waiting.set()
-        topic.publish("second")
-
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(publish_blocked)
-        waiting.wait(5)
+    with _publishing(topic, "second") as future:
         assert not future.done()
         topic.close()
 
@@ -274,15 +283,8 @@ def test_a_publish_refused_by_a_full_group_never_counts_as_published(bus: Bus) -
     with pytest.raises(WouldBlock):
         topic.publish("second", timeout=0.05)
     assert (topic.stats().published, topic.stats().pending) == (1, 1)
-    waiting = threading.Event()
 
-    def publish_blocked() -> None:
-        waiting.set()
-        topic.publish("third")
-
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(publish_blocked)
-        waiting.wait(5)
+    with _publishing(topic, "third") as future:
         gate = topic._subscribers.handles()[0].gate
         assert wait_until(lambda: gate._waiting == 1, 10.0)
         assert topic.stats().published == 1  # waiting for room: not in the topic yet
