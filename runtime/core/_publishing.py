@@ -152,18 +152,14 @@ class PublishPath(FanOut):
         timeout: float | None,
     ) -> PublishReport:
         """`Topic.publish`: the whole chain for one message, each wait within ``timeout``
-        (the usual case, `fan_out_one`: no ``max_pending``, no broadcast subscriber)."""
+        (the usual case, `publish_lone`: no ``max_pending``, no broadcast subscriber)."""
         if key is not None and type(key) is not str:
             check_keys([key])
         self.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         groups = self._groups()
         if groups and self._settings.max_pending is None and not self._ring.subscriber_count:
-            first, outcome = self._take_seqs(1), MessageFuture[Outcome]()
-            balanced = self.fan_out_one(groups, (
-                first, None, message, key or None, dict(attributes) if attributes else {},
-                self._topic, None), outcome, deadline)
-            return PublishReport(str(first), balanced, 0, outcome)
+            return self.publish_lone(groups, message, key or None, attributes, deadline)
         self._ledger.count("published")
         try:
             slotted = self.admit(deadline)

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain, groupby, islice, repeat
-from operator import itemgetter
 from typing import Any, Protocol
 
-from runtime.core._block import Block, Runs, join_envelopes, keys_of
+from runtime.core._block import Block, Runs, join_envelopes, keys_of, picker
 from runtime.core._envelope import Envelope
 
 __all__ = ["Fifo", "gather_runs", "picked", "sort_by_key", "split_keyed", "take_share"]
@@ -204,15 +203,12 @@ def gather_runs(block: Block, keys: Runs, chosen: list[int]) -> Block:
 
 def picked(block: Block, chosen: list[int]) -> Block:
     """The messages of ``block`` at the positions ``chosen`` (increasing), as one block
-    whose columns are picked in C (``itemgetter``)."""
-    if len(chosen) == 1:
-        return block[chosen[0]:chosen[0] + 1]
-    get = itemgetter(*chosen)
+    whose columns are picked in C (`picker`)."""
+    pick = picker(chosen)
     keys, attributes, stamps = block.keys, block.attributes, block.stamps
-    return Block(list(get(block.seqs)), list(get(block.payloads)),
-                 None if keys is None else list(get(keys)),
-                 None if attributes is None else list(get(attributes)), block.topic,
-                 stamps if isinstance(stamps, float) else list(get(stamps)))
+    return Block(pick(block.seqs), pick(block.payloads), None if keys is None else pick(keys),
+                 None if attributes is None else pick(attributes), block.topic,
+                 stamps if isinstance(stamps, float) else pick(stamps))
 
 
 def _gathered(column: Sequence[Any], spans: list[tuple[int, int]]) -> list[Any]:
