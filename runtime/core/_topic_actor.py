@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from actors import Actor, Ref
 from runtime.core._block import Runs
@@ -24,19 +24,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Batches that wait for the ones behind them in the mailbox, at most.
+# Batches published together, at most: those waiting for the ones behind them in the
+# mailbox, or consecutive batches of a run.
 _MAX_MERGED = 16
 
 # A batch's ids, or why it failed (both: the topic accepted only a prefix of it).
 BatchOutcome = tuple["Sequence[str] | None", "BaseException | None"]
-
-
-class Resolvable(Protocol):
-    """What the topic actor resolves a batch through: a `Future`, or a run's slot."""
-
-    def set_running_or_notify_cancel(self) -> bool: ...
-    def set_result(self, result: Sequence[str]) -> None: ...
-    def set_exception(self, exception: BaseException | None) -> None: ...
+# A Publisher batch as parallel lists: data, attributes and key per message.
+Parts = tuple["list[bytes]", "list[dict[str, str]]", "list[str | None]"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +43,7 @@ class PublishBatch:
     datas: list[bytes]
     attributes: list[dict[str, str]]
     keys: list[str | None]
-    future: Resolvable
+    future: Future[Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +55,7 @@ class PublishRun:
     its callback and a reply message each cost both actors a few microseconds.
     """
 
-    parts: list[tuple[list[bytes], list[dict[str, str]], list[str | None]]]
+    parts: list[Parts]
     reply: Callable[[list[BatchOutcome]], None]
 
 
@@ -128,53 +124,36 @@ class TopicActor(Actor):
             self._publish_waiting()
 
     def _publish_run(self, run: PublishRun) -> None:
-        """Publish a run's batches as consecutive `PublishBatch` messages would be, then
-        reply once with their outcomes."""
-        slots = [_Slot() for _ in run.parts]
-        chunk = self._path.room(True)
-        for (datas, attributes, keys), slot in zip(run.parts, slots, strict=True):
-            self._add(PublishBatch(datas, attributes, keys, slot), chunk, more=True)
-        self._publish_waiting()
+        """Publish a run's batches in order, then reply once with their outcomes.
+
+        Consecutive batches go out together while they fit one fan-out chunk: the room
+        is read again after each publish (one that waited for a busy group finds the
+        room its dispatch freed), for unkeyed batches the room any member may fill. No
+        object per batch: its parts are merged and its ids sliced from the merged ones.
+        """
+        self._publish_waiting()  # the mail before the run goes first
+        parts, outcomes = run.parts, []
+        keyed = any(keys.count(None) != len(keys) for _, _, keys in parts)
+        start = 0
+        while start < len(parts):
+            end = _fitting(parts, start, self._path.room(keyed))
+            outcomes += _publish_together(self._path, parts[start:end])
+            start = end
         try:
-            run.reply([slot.outcome for slot in slots])
+            run.reply(outcomes)
         except Exception:  # the sender's bug: the topic goes on
-            logger.exception("the reply to a publish run of %d batches failed", len(slots))
+            logger.exception("the reply to a publish run of %d batches failed", len(parts))
 
     def on_stop(self) -> None:
         self._publish_waiting()  # the topic is closing: they fail, each in its future
 
     def _publish_waiting(self) -> None:
         batches, self._waiting, self._count = self._waiting, [], 0
-        if len(batches) == 1:
-            _publish_one(self._path, batches[0])
-        elif batches:
+        if batches:
             _publish_merged(self._path, batches)
 
 
-class _Slot:
-    """Where the topic actor leaves one batch of a `PublishRun`'s outcome."""
-
-    __slots__ = ("outcome",)
-
-    def __init__(self) -> None:
-        self.outcome: BatchOutcome = (None, None)
-
-    def set_running_or_notify_cancel(self) -> bool:
-        return True
-
-    def set_result(self, result: Sequence[str]) -> None:
-        self.outcome = (result, None)
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        self.outcome = (exception.ids, exception.error) if isinstance(
-            exception, PartlyPublished) else (None, exception)
-
-
-def _publish_one(path: PublishPath, batch: PublishBatch) -> None:
-    _resolve(batch.future, path.publish_parts, batch.datas, batch.attributes, batch.keys)
-
-
-def _resolve(future: Resolvable, publish: Any, *args: Any) -> None:
+def _resolve(future: Future[Sequence[str]], publish: Any, *args: Any) -> None:
     try:
         ids = publish(*args)
     except BaseException as exc:
@@ -184,15 +163,42 @@ def _resolve(future: Resolvable, publish: Any, *args: Any) -> None:
 
 
 def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
-    """Publish ``batches`` as one run of messages; each future gets its own ids, or, for
-    the batch the topic stopped accepting in, the accepted prefix (`PartlyPublished`),
-    and the error for every batch after it."""
-    datas: list[bytes] = []
-    attributes: list[dict[str, str]] = []
-    for batch in batches:
-        datas += batch.datas
-        attributes += batch.attributes
-    keys = _merged_keys([batch.keys for batch in batches])
+    """Publish ``batches`` (one or more) as one run of messages; each future gets its own
+    outcome (`_publish_together`)."""
+    outcomes = _publish_together(
+        path, [(batch.datas, batch.attributes, batch.keys) for batch in batches])
+    for batch, (ids, error) in zip(batches, outcomes, strict=True):
+        if error is None:
+            batch.future.set_result(_given(ids))
+        else:
+            batch.future.set_exception(error if ids is None else PartlyPublished(list(ids), error))
+
+
+def _fitting(parts: list[Parts], start: int, chunk: int) -> int:
+    """Where the batches published together from ``start`` end: at most `_MAX_MERGED`,
+    as many as fit ``chunk`` messages (at least one, however large)."""
+    end, count = start + 1, len(parts[start][0])
+    while end < len(parts) and end - start < _MAX_MERGED:
+        count += len(parts[end][0])
+        if count > chunk:
+            break
+        end += 1
+    return end
+
+
+def _publish_together(path: PublishPath, parts: list[Parts]) -> list[BatchOutcome]:
+    """Publish batches as one run of messages; each gets its own ids, or, for the batch
+    the topic stopped accepting in, the accepted prefix and the refusal, and the
+    refusal for every batch after it."""
+    keys: Sequence[str | None]
+    if len(parts) == 1:
+        datas, attributes, keys = parts[0]
+    else:
+        datas, attributes = [], []
+        for batch_datas, batch_attributes, _ in parts:
+            datas += batch_datas
+            attributes += batch_attributes
+        keys = _merged_keys([batch_keys for _, _, batch_keys in parts])
     error: BaseException | None = None
     try:
         ids = path.publish_parts(datas, attributes, keys)
@@ -200,16 +206,20 @@ def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
         ids, error = partial.ids, partial.error
     except BaseException as exc:
         ids, error = [], exc
+    if error is None and len(parts) == 1:
+        return [(ids, None)]
+    outcomes: list[BatchOutcome] = []
     start = 0
-    for batch in batches:
-        end = start + len(batch.datas)
+    for batch_datas, _, _ in parts:
+        end = start + len(batch_datas)
         if end <= len(ids):
-            batch.future.set_result(ids[start:end])
+            outcomes.append((ids[start:end], None))
         elif start < len(ids):
-            batch.future.set_exception(PartlyPublished(list(ids[start:]), _given(error)))
+            outcomes.append((list(ids[start:]), _given(error)))
         else:
-            batch.future.set_exception(_given(error))
+            outcomes.append((None, _given(error)))
         start = end
+    return outcomes
 
 
 def _merged_keys(columns: list[list[str | None]]) -> Sequence[str | None]:
@@ -222,9 +232,9 @@ def _merged_keys(columns: list[list[str | None]]) -> Sequence[str | None]:
     return list(chain.from_iterable(columns))
 
 
-def _given(error: BaseException | None) -> BaseException:
-    assert error is not None  # a batch lacks ids only when publishing failed
-    return error
+def _given(value: _T | None) -> _T:
+    assert value is not None  # a batch lacks ids only when publishing failed, and so on
+    return value
 
 
 class BatchSeam:

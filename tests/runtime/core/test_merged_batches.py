@@ -11,7 +11,7 @@ import pytest
 
 from actors import ActorSystem
 from runtime.core._publishing import PartlyPublished
-from runtime.core._topic_actor import PublishBatch, TopicActor
+from runtime.core._topic_actor import PublishBatch, PublishRun, TopicActor
 from runtime.errors import TopicClosedError
 
 
@@ -125,3 +125,69 @@ def test_a_merged_run_refused_whole_fails_every_batch(system: ActorSystem) -> No
     _send_behind_a_blocked_one(system, path, batches)
 
     assert all(isinstance(b.future.exception(10.0), TopicClosedError) for b in batches)
+
+
+class RoomPath:
+    """A publish path whose room is given per call, each call's ``keyed`` recorded."""
+
+    def __init__(self, rooms: list[int], accept: int | None = None) -> None:
+        self.rooms = rooms
+        self.keyed: list[bool] = []
+        self.calls: list[list[bytes]] = []
+        self._accept = accept
+
+    def room(self, keyed: bool) -> int:
+        self.keyed.append(keyed)
+        return self.rooms[min(len(self.keyed), len(self.rooms)) - 1]
+
+    def publish_parts(self, datas: list[bytes], attributes: Any, keys: Any) -> list[str]:
+        self.calls.append(list(datas))
+        ids = [d.decode() for d in datas]
+        if self._accept is not None and sum(map(len, self.calls)) > self._accept:
+            kept = len(ids) - (sum(map(len, self.calls)) - self._accept)
+            if kept <= 0:
+                raise TopicClosedError("t")
+            raise PartlyPublished(ids[:kept], TopicClosedError("t"))
+        return ids
+
+
+def _run(system: ActorSystem, path: RoomPath, *batches: tuple[list[int], str | None]) -> list[Any]:
+    """Tell a `PublishRun` of ``batches`` (numbers, key) to a topic actor; its outcomes."""
+    replied: Future[list[Any]] = Future()
+    parts = [([b"%d" % n for n in numbers], [{} for _ in numbers], [key for _ in numbers])
+             for numbers, key in batches]
+    system.spawn(TopicActor, path).tell(PublishRun(parts, replied.set_result))
+    return replied.result(10.0)
+
+
+def test_a_run_reads_the_room_again_after_each_publish(system: ActorSystem) -> None:
+    # Room for 2 at first; the publish that took it left room for 100 (a group that
+    # dispatched meanwhile): the rest of the run goes out together.
+    path = RoomPath([2, 100])
+
+    outcomes = _run(system, path, ([1], None), ([2], None), ([3, 4], None), ([5], None))
+
+    assert path.calls == [[b"1", b"2"], [b"3", b"4", b"5"]]
+    assert outcomes == [(["1"], None), (["2"], None), (["3", "4"], None), (["5"], None)]
+    assert path.keyed == [False, False]  # unkeyed: the room any member may fill
+
+
+def test_a_run_with_a_keyed_batch_sizes_by_the_keyed_room(system: ActorSystem) -> None:
+    path = RoomPath([3])
+
+    outcomes = _run(system, path, ([1, 2], None), ([3], "k"), ([4], None))
+
+    assert path.calls == [[b"1", b"2", b"3"], [b"4"]]
+    assert [ids for ids, _ in outcomes] == [["1", "2"], ["3"], ["4"]]
+    assert path.keyed == [True, True]
+
+
+def test_a_run_refused_midway_answers_each_batch_for_its_own_part(system: ActorSystem) -> None:
+    path = RoomPath([100], accept=3)
+
+    outcomes = _run(system, path, ([1, 2], None), ([3, 4], None), ([5], None))
+
+    assert outcomes[0] == (["1", "2"], None)
+    ids, error = outcomes[1]
+    assert ids == ["3"] and isinstance(error, TopicClosedError)
+    assert outcomes[2][0] is None and isinstance(outcomes[2][1], TopicClosedError)
