@@ -65,11 +65,12 @@ class Lanes:
         repeated, not picked."""
         closed: list[Batch] = []
         bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
+        dropped = futures.count(None) == len(futures)  # nobody holds one (`drop_unreachable`)
         for key, at in lanes_of(keys).items():
             count, pick = len(at), picker(at)
             closed += self._columns(
                 key, pick(datas), [NO_ATTRIBUTES] * count if bare else pick(attributes),
-                [key] * count, pick(futures), pick(sizes))
+                [key] * count, [None] * count if dropped else pick(futures), pick(sizes))
         return closed
 
     def _split_rows(

@@ -253,6 +253,34 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
         assert own == sorted(own)
 
 
+def test_a_burst_whose_futures_nobody_holds_is_cut_alike(system: ActorSystem) -> None:
+    # Fire and forget: no future of the burst is held when the actor takes it, so the
+    # lanes take no future column (each batch's are None, `drop_unreachable`).
+    topic = _GatedTopic()
+    keys = [f"k{n}" for n in range(16)]
+    per_key = COLUMNS_FROM + 6
+    with Publisher(topic, system=system, batching=BatchSettings(max_messages=5, max_latency=60.0),
+                   message_ordering=True) as pub:
+        for n in range(5):  # a full batch: the actor waits inside its send
+            pub.publish(b"w%d" % n, ordering_key="warm")
+        assert topic.entered.wait(5.0)
+        for n in range(per_key):
+            for key in keys:
+                pub.publish(b"%s-%d" % (key.encode(), n), ordering_key=key)
+        topic.gate.set()
+        pub.flush(timeout=10.0)
+        assert pub.outstanding == (0, 0)
+
+    batches = keys_and_data(topic)[1:]
+    assert all(len({key for key, _ in batch}) == 1 for batch in batches)
+    assert sum(map(len, batches)) == 16 * per_key
+    for key in keys:  # each key's messages in publish order, cut every 5
+        datas = [data for batch in batches if batch[0][0] == key for _, data in batch]
+        assert datas == [b"%s-%d" % (key.encode(), n) for n in range(per_key)]
+        sizes = [len(b) for b in batches if b[0][0] == key]
+        assert sizes == [5] * (per_key // 5) + ([per_key % 5] if per_key % 5 else [])
+
+
 @pytest.mark.parametrize("per_key", [2, COLUMNS_FROM + 6])
 def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_capacity(
     system: ActorSystem, per_key: int,
