@@ -65,7 +65,9 @@ class Lanes:
         repeated, not picked."""
         closed: list[Batch] = []
         bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
-        dropped = futures.count(None) == len(futures)  # nobody holds one (`drop_unreachable`)
+        # Nobody holds one (`drop_unreachable`); a future is true (no __bool__): `any`
+        # stops at the first one held, where a count compared every future with None.
+        dropped = not any(futures)
         for key, at in lanes_of(keys).items():
             count, pick = len(at), picker(at)
             closed += self._columns(
