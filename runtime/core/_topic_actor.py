@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, TypeVar
+from typing import Any
 
 from actors import Actor, Ref
 from runtime.core._block import Runs
@@ -24,15 +24,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Batches published together, at most: those waiting for the ones behind them in the
-# mailbox, or consecutive batches of a run.
+# Batches published together, at most (waiting mail, or consecutive batches of a run).
 _MAX_MERGED = 16
 
 # A batch's ids, or why it failed (both: the topic accepted only a prefix of it).
 BatchOutcome = tuple["Sequence[str] | None", "BaseException | None"]
 # A Publisher batch as parallel lists: data, attributes and key per message.
 Parts = tuple["list[bytes]", "list[dict[str, str]]", "list[str | None]"]
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +73,10 @@ class TopicActor(Actor):
     per key, each as small as its flow control allows) are published together: while
     more mail waits and the next batch, if as large as the last, would still fit one
     fan-out chunk, a batch waits for it. A run never grows past a chunk, so a batch that
-    fits one is still fanned out in one, to one snapshot of destinations. Each fan-out
-    chunk costs a gate, a ledger reservation and one entry in each group's arrivals
-    (each a hand-over later), so a few large chunks cost the parent less than many small ones.
-    Nothing waits once the mailbox is empty, so no latency is added; each batch still
-    resolves its own future, in order.
+    fits one is still fanned out in one, to one snapshot of destinations. A fan-out chunk
+    costs a gate, a ledger reservation and an entry in each group's arrivals: few large
+    ones cost the parent less. Nothing waits once the mailbox is empty (no latency is
+    added); each batch still resolves its own future, in order.
 
     Args:
         path: the topic's publish path (the same guard chain ``Topic.publish`` runs).
@@ -96,7 +93,7 @@ class TopicActor(Actor):
         its future or reply, never to the actor."""
         if isinstance(message, PublishBatch):
             if message.future.set_running_or_notify_cancel():
-                self._add(message, self._path.room(True), more=not self.actor_inbox.empty())
+                self._add(message)
             return None
         if isinstance(message, PublishRun):
             self._publish_run(message)
@@ -104,15 +101,20 @@ class TopicActor(Actor):
         if isinstance(message, PublishEnvelopes):
             self._publish_waiting()  # in mailbox order
             if message.future.set_running_or_notify_cancel():
-                _resolve(message.future, self._path.publish_envelopes, message.envelopes)
+                try:
+                    ids = self._path.publish_envelopes(message.envelopes)
+                except BaseException as exc:
+                    message.future.set_exception(exc)
+                else:
+                    message.future.set_result(ids)
             return None
         self._publish_waiting()
         return None
 
-    def _add(self, batch: PublishBatch, chunk: int, *, more: bool) -> None:
-        """Queue ``batch`` behind the waiting ones; publish them unless ``more`` batches
-        follow at once and the next, if as large, would still fit the run's ``chunk``
-        (`PublishPath.room`)."""
+    def _add(self, batch: PublishBatch) -> None:
+        """Queue ``batch`` behind the waiting ones; publish them unless more mail follows
+        and the next batch, if as large, would still fit one chunk (`PublishPath.room`)."""
+        chunk, more = self._path.room(True), not self.actor_inbox.empty()
         if self._count + len(batch.datas) > chunk:
             self._publish_waiting()  # a batch that fits one chunk is never split
         self._waiting.append(batch)
@@ -124,13 +126,10 @@ class TopicActor(Actor):
             self._publish_waiting()
 
     def _publish_run(self, run: PublishRun) -> None:
-        """Publish a run's batches in order, then reply once with their outcomes.
-
-        Consecutive batches go out together while they fit one fan-out chunk: the room
-        is read again after each publish (one that waited for a busy group finds the
-        room its dispatch freed), for unkeyed batches the room any member may fill. No
-        object per batch: its parts are merged and its ids sliced from the merged ones.
-        """
+        """Publish a run's batches in order, then reply once with their outcomes:
+        consecutive ones together while they fit the room (read again after each publish,
+        which may have waited for a group's dispatch; without keys, the room any member
+        may fill), with no object per batch (its ids are sliced from the merged ones)."""
         self._publish_waiting()  # the mail before the run goes first
         parts, outcomes = run.parts, []
         keyed = any(keys.count(None) != len(keys) for _, _, keys in parts)
@@ -153,25 +152,17 @@ class TopicActor(Actor):
             _publish_merged(self._path, batches)
 
 
-def _resolve(future: Future[Sequence[str]], publish: Any, *args: Any) -> None:
-    try:
-        ids = publish(*args)
-    except BaseException as exc:
-        future.set_exception(exc)
-    else:
-        future.set_result(ids)
-
-
 def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
     """Publish ``batches`` (one or more) as one run of messages; each future gets its own
     outcome (`_publish_together`)."""
     outcomes = _publish_together(
         path, [(batch.datas, batch.attributes, batch.keys) for batch in batches])
     for batch, (ids, error) in zip(batches, outcomes, strict=True):
-        if error is None:
-            batch.future.set_result(_given(ids))
-        else:
+        if error is not None:
             batch.future.set_exception(error if ids is None else PartlyPublished(list(ids), error))
+            continue
+        assert ids is not None  # without an error, always
+        batch.future.set_result(ids)
 
 
 def _fitting(parts: list[Parts], start: int, chunk: int) -> int:
@@ -208,6 +199,11 @@ def _publish_together(path: PublishPath, parts: list[Parts]) -> list[BatchOutcom
         ids, error = [], exc
     if error is None and len(parts) == 1:
         return [(ids, None)]
+    return _outcomes(parts, ids, error)
+
+
+def _outcomes(parts: list[Parts], ids: Sequence[str], error: BaseException | None) -> list[BatchOutcome]:
+    """Each batch's ids, sliced from the merged ``ids``; past them, the refusal."""
     outcomes: list[BatchOutcome] = []
     start = 0
     for batch_datas, _, _ in parts:
@@ -232,9 +228,9 @@ def _merged_keys(columns: list[list[str | None]]) -> Sequence[str | None]:
     return list(chain.from_iterable(columns))
 
 
-def _given(value: _T | None) -> _T:
-    assert value is not None  # a batch lacks ids only when publishing failed, and so on
-    return value
+def _given(error: BaseException | None) -> BaseException:
+    assert error is not None  # a batch lacks ids only when publishing failed
+    return error
 
 
 class BatchSeam:
