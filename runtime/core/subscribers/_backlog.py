@@ -38,30 +38,27 @@ class Backlog:
     def _accept_arrivals(self, arrived: list[Chunk]) -> None:
         """Queue the chunks that arrived, in order.
 
-        The topic marks each chunk (`KeyMark`): one without keys goes to the FIFO as it
-        is (a burst of one-at-a-time publishes without keys, joined as one piece: per
-        2,000 of them into ``workers=2``, the group's CPU fell from 8.0-9.5 to 6.5-8.7
-        ms, /tmp/p40/grpab.py, two runs of 60 alternated rounds), one of a single
-        key (an ordered Publisher's batch) to that key's member as it is; no key is
-        read. Several chunks of mixed keys (a burst of one-at-a-time publishes is many
-        one-message chunks; not blocks, whose runs of a key move whole) are sorted as
-        one: per 2,000 such publishes into ``workers=2``, the group's CPU fell from
-        5.8-6.2 to 4.2-4.6 ms. Unless a key
-        does not hash (`sort_by_key` hashes every key before it moves anything): then
-        chunk by chunk, so only that key's own chunk is refused (with fewer than two
-        members nothing is hashed or checked).
+        The topic marks each chunk (`KeyMark`), so no key is read here: one without keys
+        goes to the FIFO as it is, one of a single key (an ordered Publisher's batch) to
+        that key's member. A burst of one-at-a-time publishes (one-message chunks, not
+        blocks) is joined first: without keys it is queued as one piece, with mixed keys
+        sorted as one (per 2,000 such publishes into ``workers=2`` the group's CPU fell
+        from 8.0-9.5 to 6.5-8.7 ms, /tmp/p40/grpab.py, and from 5.8-6.2 to 4.2-4.6 ms).
+        Unless a key does not hash (`sort_by_key` hashes every key before it moves
+        anything): then chunk by chunk, so only that key's own chunk is refused (with
+        fewer than two members nothing is hashed or checked).
         """
         chunks = [chunk for chunk, _ in arrived]
         marks = list(map(_MARK, arrived))
         keyed = marks.count(False) != len(marks)
-        if not keyed and len(chunks) > 1 and Block not in map(type, chunks):
-            chunks = [join_envelopes(chunks)]  # one-at-a-time publishes: one piece
+        burst = len(chunks) > 1 and Block not in map(type, chunks)
+        if burst and not keyed:
+            chunks = [join_envelopes(chunks)]
         if keyed and self._ended is None and len(self._members) > 1:  # keys to route
             if True not in marks:
                 self._route(chunks, marks)
                 return
-            if len(chunks) > 1 and Block not in map(type, chunks) and self._sorted(
-                    join_envelopes(chunks)):
+            if burst and self._sorted(join_envelopes(chunks)):
                 return
         for index, chunk in enumerate(chunks):
             try:
