@@ -322,3 +322,11 @@ def test_a_picker_takes_a_column_s_items_in_the_order_of_its_indexes(indexes: li
     picked = _lanes.picker(indexes)(column)
 
     assert picked == [column[i] for i in indexes] and type(picked) is list
+
+
+def test_lanes_of_gives_each_keys_indexes_in_order_keys_by_first_appearance() -> None:
+    keys: list[str | None] = ["b", "a", None, "b", "c", "a", "b", None]
+    lanes = lanes_of(keys)
+    assert list(lanes) == ["b", "a", None, "c"]
+    assert lanes == {"b": [0, 3, 6], "a": [1, 5], None: [2, 7], "c": [4]}
+    assert lanes_of([]) == {}
