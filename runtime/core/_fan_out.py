@@ -44,10 +44,7 @@ class FanOut:
         # A keyed message can go to one member only (stricter room; the group routes it).
         keyed = keys.count(None) != len(keys)
         admitted = self._take_room(groups, len(envelopes), keyed, slotted, deadline)
-        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
-            if not self._ring.would_lag(len(envelopes)):
-                break
-            time.sleep(0)  # let a subscriber that is merely unscheduled catch up; never waits
+        self._let_readers_catch_up(len(envelopes))
         try:
             with self._ring.lock:
                 self._wait_ring(len(envelopes), slotted, deadline)
@@ -67,6 +64,14 @@ class FanOut:
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
+
+    def _let_readers_catch_up(self, count: int) -> None:
+        """Before overwriting unread entries of a ring that does not block, yield the GIL
+        a few times: a subscriber that is merely unscheduled catches up; never waits."""
+        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
+            if not self._ring.would_lag(count):
+                return
+            time.sleep(0)
 
     def publish_lone(
         self, groups: list[GroupHandle], message: Any, key: str | None,

@@ -16,7 +16,7 @@ from runtime.publisher._batching import Batch, Batcher, Parts
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._sequencer import KeySequencer
 
-__all__ = ["COLUMNS_FROM", "Lanes", "lanes_of", "picker"]
+__all__ = ["COLUMNS_FROM", "Lanes", "lanes_of"]
 
 # Messages per lane (on average) from which a burst is split into columns per lane
 # rather than a row per message: picking five columns and slicing them into batches

@@ -64,11 +64,15 @@ class Backlog:
             try:
                 self._accept(chunk, keyed)
             except Exception:  # what it took and did not queue is nowhere else
-                held = set(map(_SEQ_OF, self._queue))
-                held.update(e[SEQ] for bucket in self._buckets.values() for e in bucket)
-                self._stranded = [e for e in chunk if e[SEQ] not in held]
-                self._stranded.extend(e for later in chunks[index + 1:] for e in later)
+                self._strand(chunk, chunks[index + 1:])
                 raise
+
+    def _strand(self, failed: Sequence[Envelope], later: list[Sequence[Envelope]]) -> None:
+        """Keep what a failed acceptance took and did not queue, and the chunks after it."""
+        held = set(map(_SEQ_OF, self._queue))
+        held.update(e[SEQ] for bucket in self._buckets.values() for e in bucket)
+        self._stranded = [e for e in failed if e[SEQ] not in held]
+        self._stranded.extend(e for chunk in later for e in chunk)
 
     def _route(self, chunks: list[Sequence[Envelope]], marks: list[KeyMark]) -> None:
         """Queue chunks of no key or of one key each whole, as `sort_by_key` would

@@ -10,6 +10,7 @@ import pytest
 from support.publisher import FakeTopic
 
 from actors import ActorSystem
+from runtime.core._block import picker
 from runtime.core._message import Message
 from runtime.errors import (
     OrderingKeyPausedError,
@@ -319,7 +320,7 @@ def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_cap
 def test_a_picker_takes_a_column_s_items_in_the_order_of_its_indexes(indexes: list[int]) -> None:
     column = ["a", "b", "c", "d", "e"]
 
-    picked = _lanes.picker(indexes)(column)
+    picked = picker(indexes)(column)
 
     assert picked == [column[i] for i in indexes] and type(picked) is list
 
