@@ -6,7 +6,8 @@
 - ``_supervisor``, ``_spec``, ``_scheduler``: OTP supervision, its specs, backoff timers.
 - ``_pool``, ``_events``, ``_dead_letters``, ``_status``: pools, lifecycle events, dead letters,
   ``status()``.
-- ``process``: actors hosted in their own OS process (child, pipe, wire protocol).
+- ``process``: actors hosted in their own OS process (child, pipe, wire protocol), and
+  ``pin_threads`` (this process's threads on one CPU, its process actors on all).
 """
 
 from actors import errors
@@ -18,6 +19,7 @@ from actors._ref import Ref
 from actors._spec import Backoff, ChildSpec, SupervisorSpec
 from actors._status import ActorStatus
 from actors._system import ActorSystem
+from actors.process._affinity import pin_threads, unpin_threads
 
 __all__ = [
     "Actor",
@@ -31,4 +33,6 @@ __all__ = [
     "Ref",
     "SupervisorSpec",
     "errors",
+    "pin_threads",
+    "unpin_threads",
 ]

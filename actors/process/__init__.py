@@ -5,4 +5,6 @@
 - ``_wire``: the process wire protocol (frame kinds, exit codes, encoding).
 - ``_channel``, ``_frames``: a batched, bounded pipe writer and its framing.
 - ``_io``: the one I/O and reaper thread per system that waits on every pipe and sentinel.
+- ``_affinity``: `pin_threads`, this process's threads on one CPU and its process actors on
+  the CPUs it had.
 """

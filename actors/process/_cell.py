@@ -15,6 +15,7 @@ from actors._cell import Cell, ChildExited
 from actors._pykka import DescribeAttrs, remote_proxy
 from actors.errors import ActorDeadError, SpawnError, WorkerCrashedError
 from actors.process import _wire as wire
+from actors.process._affinity import process_cpus
 from actors.process._channel import DEFAULT_STALL_TIMEOUT, Channel
 from actors.process._child import child_main
 from actors.process._child import heartbeat_period as _heartbeat_period
@@ -118,7 +119,8 @@ class ProcessCell(Cell):
         context = self.system.process_host()
         parent_conn, child_conn = context.Pipe(duplex=True)
         process = context.Process(
-            target=child_main, args=(child_conn, self.name), name=f"actorbus:{self.name}"
+            target=child_main, args=(child_conn, self.name, process_cpus()),
+            name=f"actorbus:{self.name}",
         )
         process.start()
         child_conn.close()

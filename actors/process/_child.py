@@ -21,6 +21,7 @@ import cloudpickle
 from actors._actor import EXIT
 from actors._pykka import PYKKA_MESSAGES, MailboxRef, handle_pykka_message
 from actors.process import _wire as wire
+from actors.process._affinity import apply_process_cpus
 from actors.process._outbox import Outbox
 from actors.process._wire import PROTOCOL, ExitCode, dump_error, load
 
@@ -38,8 +39,9 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def child_main(conn: Connection, name: str) -> None:
-    """Entry point of a process actor's process."""
+def child_main(conn: Connection, name: str, cpus: frozenset[int] | None = None) -> None:
+    """Entry point of a process actor's process (on ``cpus``, if given: `pin_threads`)."""
+    apply_process_cpus(cpus)
     _die_with_parent()
     # Its own process group, so whatever its handlers start dies with it: the parent
     # kills the group when this process ends (PR_SET_PDEATHSIG is not inherited).
