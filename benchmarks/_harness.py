@@ -31,6 +31,10 @@ The families and their modules:
   ``ProcessPoolExecutor.map`` in one fresh interpreter whose collector is set as a
   high-rate application would (frozen after start-up, a first threshold of 20,000;
   report only).
+- ``_pinned``: ``pipeline_pinned``, the plain ``pipeline_pool`` path with every thread of
+  the parent on one CPU (`actors.pin_threads`) vs ``ProcessPoolExecutor.map`` pinned alike,
+  vs our path as the OS places its threads (``/free``), and the 16-key paths pinned vs the
+  plain path pinned (``/ordered``, ``/ordered_fc``); a fresh interpreter, report only.
 - ``_cpu_scaling`` also holds ``fanout_cpu``: a ~200 us handler, one-at-a-time publish to
   ``workers=2``, its speedup over serial vs the best stdlib pool's (target 0.95).
 - ``_fanout``: ``broadcast_fanout``, 8 broadcast subscribers, cost per delivery.

@@ -44,7 +44,7 @@ from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import TIMEOUT, ignore, run_pipeline, settle
 
-__all__ = ["SCENARIOS", "BatchCounter", "queue_worker", "run_executor", "touch"]
+__all__ = ["SCENARIOS", "BatchCounter", "queue_worker", "run_executor", "run_ordered", "touch"]
 
 _WORKERS = 2
 _CHUNK = 100
@@ -170,7 +170,7 @@ def _run_kept(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) ->
     _check(len({future.result(0) for future in futures}), len(messages))
 
 
-def _run_ordered(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
+def run_ordered(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
     before = topic.stats().delivered
     publish = publisher.publish
     # Each message comes with its key, as a user's records would: the loop only pairs them
@@ -225,8 +225,8 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
             "ours": _rate(messages, run_pipeline, ours.topic, ours.publisher),
             "bounded": _rate(messages, run_pipeline, ours.bounded, ours.bounded_publisher),
             "kept": _rate(messages, _run_kept, ours.topic, ours.keeping),
-            "ordered": _rate(messages, _run_ordered, ours.topic, ours.ordered),
-            "ordered_fc": _rate(messages, _run_ordered, ours.topic, ours.ordered_fc),
+            "ordered": _rate(messages, run_ordered, ours.topic, ours.ordered),
+            "ordered_fc": _rate(messages, run_ordered, ours.topic, ours.ordered_fc),
             "executor": _rate(messages, run_executor, executor),
             "pool": _rate(messages, _run_pool, pool),
             "kernel": _rate(messages, _run_kernel, ours.kernel),

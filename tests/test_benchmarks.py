@@ -13,8 +13,9 @@ from benchmarks import _spark
 
 KERNEL_SCENARIOS = ("actor_tell", "actor_ask", "process_roundtrip", "process_batched",
                     "cpu_scaling")
-RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "pipeline_tuned", "fanout_cpu",
-                     "broadcast_fanout", "batching", "latency", "memory_flow_control")
+RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "pipeline_tuned", "pipeline_pinned",
+                     "fanout_cpu", "broadcast_fanout", "batching", "latency",
+                     "memory_flow_control")
 SPARK_SCENARIOS = ("spark_source", "spark_sink")
 JSON_KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target"}
 NOT_YET = "runtime.spark measurement not available yet"
@@ -41,7 +42,8 @@ def test_smoke_run_gives_every_scenario_but_spark_a_number(
     assert {row["name"] for row in rows} >= {
         "pipeline_inproc/limit", "pipeline_pool/pool", "pipeline_pool/kernel", "pipeline_pool/queue",
         "pipeline_pool/max_pending", "pipeline_pool/ordered", "pipeline_pool/ordered_fc",
-        "pipeline_pool/publish1", "latency/p99", "batching/thread"}
+        "pipeline_pool/publish1", "pipeline_pinned/free", "pipeline_pinned/ordered",
+        "pipeline_pinned/ordered_fc", "latency/p99", "batching/thread"}
     for row in rows:
         assert set(row) == JSON_KEYS, row
         assert isinstance(row["value"], float) and row["value"] > 0, row
