@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChildFailed", "run_child"]
+__all__ = ["ChildFailed", "run_child", "run_medians"]
 
 _PREFIX = "RESULT "
+# How long a `run_medians` child may take, by profile name.
+_TIMEOUTS = {"full": 600.0, "quick": 300.0, "smoke": 60.0}
 
 
 class ChildFailed(RuntimeError):
@@ -59,3 +61,17 @@ def run_child(code: str, timeout: float, what: str) -> Any:
     if child.returncode != 0 or not lines:
         raise ChildFailed(what, child.returncode, stderr)
     return json.loads(lines[-1].removeprefix(_PREFIX))
+
+
+def run_medians(module: str, function: str, count: int, repeats: int, profile: str,
+                what: str) -> dict[str, float]:
+    """``benchmarks.<module>.<function>(count, repeats)``, a dict of medians, run in a
+    fresh interpreter (within the ``profile``'s timeout).
+
+    Raises:
+        RuntimeError: as `run_child`.
+    """
+    code = (f"import json; from benchmarks.{module} import {function}; "
+            f"print('{_PREFIX}' + json.dumps({function}({count}, {repeats})))")
+    medians: dict[str, float] = run_child(code, _TIMEOUTS[profile], what)
+    return medians

@@ -17,25 +17,21 @@ interpreter, as ``pipeline_tuned`` does, so that no pin outlives it.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any
 
 from actors import pin_threads, unpin_threads
-from runtime import Bus, FlowControl
+from runtime import FlowControl
 
-from ._child import run_child
+from ._child import run_medians
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
-from ._pipeline import ignore, run_pipeline
-from ._pipeline_pool import run_executor, run_ordered, touch
+from ._pipeline import run_pipeline
+from ._pipeline_pool import run_executor, run_ordered
+from ._tuned import executor_and_topic
 
 __all__ = ["SCENARIOS", "measure_pinned", "run_pinned"]
-
-_WORKERS = 2
-_TIMEOUTS = {"full": 600.0, "quick": 300.0, "smoke": 60.0}
 
 
 def _pinned(count: int, work: Callable[[], Any]) -> float:
@@ -50,24 +46,19 @@ def _pinned(count: int, work: Callable[[], Any]) -> float:
 def run_pinned(count: int, repeats: int) -> dict[str, float]:
     """Each side's median rate in this interpreter, pinned rounds alternating with the rest."""
     messages = payloads(count)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(_WORKERS, mp_context=context) as executor:
-        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker before the bus
-        with Bus() as bus:
-            topic = bus.create_topic("bench-pipeline-pinned")
-            topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
-            plain = partial(run_pipeline, topic, topic.publisher(), messages)
-            ordered = partial(run_ordered, topic, topic.publisher(message_ordering=True), messages)
-            ordered_fc = partial(run_ordered, topic, topic.publisher(
-                message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000),
-            ), messages)
-            return interleave({
-                "ours": partial(_pinned, count, plain),
-                "free": partial(per_second, count, plain),
-                "ordered": partial(_pinned, count, ordered),
-                "ordered_fc": partial(_pinned, count, ordered_fc),
-                "executor": partial(_pinned, count, partial(run_executor, executor, messages)),
-            }, repeats=repeats)
+    with executor_and_topic("bench-pipeline-pinned") as (executor, topic):
+        plain = partial(run_pipeline, topic, topic.publisher(), messages)
+        ordered = partial(run_ordered, topic, topic.publisher(message_ordering=True), messages)
+        ordered_fc = partial(run_ordered, topic, topic.publisher(
+            message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000),
+        ), messages)
+        return interleave({
+            "ours": partial(_pinned, count, plain),
+            "free": partial(per_second, count, plain),
+            "ordered": partial(_pinned, count, ordered),
+            "ordered_fc": partial(_pinned, count, ordered_fc),
+            "executor": partial(_pinned, count, partial(run_executor, executor, messages)),
+        }, repeats=repeats)
 
 
 def measure_pinned(profile: Profile) -> tuple[Comparison, ...]:
@@ -77,9 +68,8 @@ def measure_pinned(profile: Profile) -> tuple[Comparison, ...]:
         RuntimeError: the child failed (`ChildFailed`), or did not finish within its timeout.
     """
     count = profile.count(100_000, minimum=1_000)
-    code = ("import json; from benchmarks._pinned import run_pinned; "
-            f"print('RESULT ' + json.dumps(run_pinned({count}, {profile.repeats})))")
-    medians: dict[str, float] = run_child(code, _TIMEOUTS[profile.name], "the pinned pipeline")
+    medians = run_medians("_pinned", "run_pinned", count, profile.repeats, profile.name,
+                          "the pinned pipeline")
     ours = medians["ours"]
     return (
         Comparison(value=ours, baseline_value=medians["executor"]),

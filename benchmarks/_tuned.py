@@ -19,22 +19,37 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
-from runtime import Bus
+from runtime import Bus, Topic
 
-from ._child import run_child
+from ._child import run_medians
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import ignore, run_pipeline
 from ._pipeline_pool import run_executor, touch
 
-__all__ = ["SCENARIOS", "measure_tuned", "run_tuned"]
+__all__ = ["SCENARIOS", "executor_and_topic", "measure_tuned", "run_tuned"]
 
 _WORKERS = 2
 _THRESHOLDS = (20_000, 10, 10)
-_TIMEOUTS = {"full": 600.0, "quick": 300.0, "smoke": 60.0}
+
+
+@contextmanager
+def executor_and_topic(name: str) -> Iterator[tuple[ProcessPoolExecutor, Topic[Any]]]:
+    """A fork ``ProcessPoolExecutor(2)`` whose workers are forked first (before any thread
+    of the bus), then topic ``name`` of a new bus, read by a ``workers=2`` group."""
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(_WORKERS, mp_context=context) as executor:
+        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker before the bus
+        with Bus() as bus:
+            topic = bus.create_topic(name)
+            topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
+            yield executor, topic
 
 
 def run_tuned(count: int, repeats: int) -> dict[str, float]:
@@ -43,20 +58,15 @@ def run_tuned(count: int, repeats: int) -> dict[str, float]:
     Changes this interpreter's collector for good: call it in a process of its own.
     """
     messages = payloads(count)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(_WORKERS, mp_context=context) as executor:
-        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker before the bus
-        with Bus() as bus:
-            topic = bus.create_topic("bench-pipeline-tuned")
-            topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
-            publisher = topic.publisher()
-            gc.collect()
-            gc.freeze()
-            gc.set_threshold(*_THRESHOLDS)
-            return interleave({
-                "ours": lambda: per_second(count, partial(run_pipeline, topic, publisher, messages)),
-                "executor": lambda: per_second(count, partial(run_executor, executor, messages)),
-            }, repeats=repeats)
+    with executor_and_topic("bench-pipeline-tuned") as (executor, topic):
+        publisher = topic.publisher()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*_THRESHOLDS)
+        return interleave({
+            "ours": lambda: per_second(count, partial(run_pipeline, topic, publisher, messages)),
+            "executor": lambda: per_second(count, partial(run_executor, executor, messages)),
+        }, repeats=repeats)
 
 
 def measure_tuned(profile: Profile) -> Comparison:
@@ -67,9 +77,8 @@ def measure_tuned(profile: Profile) -> Comparison:
         RuntimeError: the child failed (`ChildFailed`), or did not finish within its timeout.
     """
     count = profile.count(100_000, minimum=1_000)
-    code = ("import json; from benchmarks._tuned import run_tuned; "
-            f"print('RESULT ' + json.dumps(run_tuned({count}, {profile.repeats})))")
-    medians: dict[str, float] = run_child(code, _TIMEOUTS[profile.name], "the tuned pipeline")
+    medians = run_medians("_tuned", "run_tuned", count, profile.repeats, profile.name,
+                          "the tuned pipeline")
     return Comparison(value=medians["ours"], baseline_value=medians["executor"])
 
 
