@@ -77,6 +77,9 @@ def test_the_default_cpu_is_the_highest_and_a_second_pin_moves_threads(
 def test_a_cpu_the_process_may_not_use_is_refused(all_cpus: frozenset[int]) -> None:
     with pytest.raises(ValueError, match="is not one this process may use"):
         pin_threads(max(all_cpus) + 1000)
+    for garbage in (True, "0", 0.0):
+        with pytest.raises(TypeError, match="cpu must be an int"):
+            pin_threads(garbage)  # type: ignore[arg-type]
     assert os.sched_getaffinity(0) == set(all_cpus)
     assert process_cpus() is None
 
