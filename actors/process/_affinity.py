@@ -71,8 +71,9 @@ def process_cpus() -> frozenset[int] | None:
 
 
 def apply_process_cpus(cpus: frozenset[int] | None) -> None:
-    """In a process actor's process, before any thread starts: run on ``cpus``."""
-    if cpus is not None and hasattr(os, "sched_setaffinity"):
+    """In a process actor's process, before any thread starts: run on ``cpus`` (only
+    `pin_threads` sets them, where affinity exists)."""
+    if cpus is not None:
         os.sched_setaffinity(0, cpus)
 
 

@@ -33,6 +33,13 @@ class CpusActor(Actor):
         return sorted(os.sched_getaffinity(0))
 
 
+def _cpus_in_a_child(system: ActorSystem, name: str) -> list[int]:
+    """The CPUs of a process actor started now (sorted)."""
+    child = system.spawn(CpusActor, name=name, process=True)
+    cpus: list[int] = child.ask("cpus", timeout=60).result(60)
+    return cpus
+
+
 def _cpus_of(thread: threading.Thread) -> set[int]:
     assert thread.native_id is not None
     return os.sched_getaffinity(thread.native_id)
@@ -89,14 +96,11 @@ def test_a_process_actor_started_while_pinned_runs_on_every_cpu(
 ) -> None:
     with ActorSystem("affinity", start_method="spawn") as system:
         # multiprocessing's helpers start with the first child: not on the pinned CPU
-        first = system.spawn(CpusActor, name="started-first", process=True)
-        assert first.ask("cpus", timeout=60).result(60) == sorted(all_cpus)
+        assert _cpus_in_a_child(system, "started-first") == sorted(all_cpus)
         pin_threads(min(all_cpus))
-        before = system.spawn(CpusActor, name="started-pinned", process=True)
-        assert before.ask("cpus", timeout=60).result(60) == sorted(all_cpus)
+        assert _cpus_in_a_child(system, "started-pinned") == sorted(all_cpus)
         unpin_threads()
-        after = system.spawn(CpusActor, name="started-unpinned", process=True)
-        assert after.ask("cpus", timeout=60).result(60) == sorted(all_cpus)
+        assert _cpus_in_a_child(system, "started-unpinned") == sorted(all_cpus)
 
 
 def test_without_the_fix_a_spawned_child_would_inherit_the_pin(
@@ -106,11 +110,9 @@ def test_without_the_fix_a_spawned_child_would_inherit_the_pin(
     start their children on their CPU (what a pool of workers would then share)."""
     cpu = min(all_cpus)
     with ActorSystem("affinity-by-hand", start_method="spawn") as system:
-        first = system.spawn(CpusActor, name="started-first", process=True)
-        assert first.ask("cpus", timeout=60).result(60) == sorted(all_cpus)
+        assert _cpus_in_a_child(system, "started-first") == sorted(all_cpus)
         _set_every_thread({cpu})
         try:
-            child = system.spawn(CpusActor, name="inherits", process=True)
-            assert child.ask("cpus", timeout=60).result(60) == [cpu]
+            assert _cpus_in_a_child(system, "inherits") == [cpu]
         finally:
             _set_every_thread(all_cpus)
