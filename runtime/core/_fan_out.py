@@ -10,7 +10,7 @@ from typing import Any
 from runtime.core._block import keys_of
 from runtime.core._envelope import Envelope
 from runtime.core._future import MessageFuture
-from runtime.core._outcome import Outcome, PublishReport
+from runtime.core._outcome import Outcome, PublishReport, new_report
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._arrivals import KeyMark
@@ -101,7 +101,7 @@ class FanOut:
         balanced = self._enqueue(groups, admitted, (envelope,), key or False, settled)
         if settled:
             self._ledger.settle(settled)
-        return PublishReport(str(seq), balanced, 0, outcome)
+        return new_report(str(seq), balanced, 0, outcome)
 
     def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
         """With a blocking ring, wait (ring lock held) for room; a refusal gives the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-__all__ = ["Nack", "Outcome", "OutcomeTrack", "PublishReport"]
+__all__ = ["Nack", "Outcome", "OutcomeTrack", "PublishReport", "new_report"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,26 @@ class PublishReport:
 
 _ACKED = Outcome(acked=True, nacks=())
 
+# `new_report`'s parts: the report's slots, set as its frozen dataclass __init__ would.
+_new = object.__new__
+_SET_ID, _SET_BALANCED, _SET_BROADCAST, _SET_OUTCOME = (
+    getattr(PublishReport, name).__set__
+    for name in ("message_id", "balanced", "broadcast", "outcome"))
+
+
+def new_report(
+    message_id: str, balanced: dict[str, str], broadcast: int, outcome: Future[Outcome],
+) -> PublishReport:
+    """``PublishReport(message_id, balanced, broadcast, outcome)``, built for every
+    ``topic.publish``: the same object, without the generated __init__'s
+    ``object.__setattr__`` and default checks (1.8-1.9 against 0.97 µs here)."""
+    report = _new(PublishReport)
+    _SET_ID(report, message_id)
+    _SET_BALANCED(report, balanced)
+    _SET_BROADCAST(report, broadcast)
+    _SET_OUTCOME(report, outcome)
+    return report
+
 
 class OutcomeTrack:
     """A message still counting down its destinations' settlements (the tracker's books).
@@ -64,7 +84,13 @@ class OutcomeTrack:
     def __init__(self, remaining: int, future: Future[Outcome] | None) -> None:
         self.remaining = remaining
         self.future = future
-        self.nacks: list[Nack] = []
+        self.nacks: list[Nack] | None = None  # made by the first nack (most never see one)
+
+    def nack(self, nack: Nack) -> None:
+        """Record one destination's nack."""
+        if self.nacks is None:
+            self.nacks = []
+        self.nacks.append(nack)
 
     def outcome(self) -> Outcome:
         """The outcome once every destination settled: acked, or the nacks."""

@@ -13,7 +13,7 @@ from runtime.core._envelope import Envelope
 from runtime.core._fan_out import FanOut, Oversized
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, parts_of
-from runtime.core._outcome import Outcome, PublishReport
+from runtime.core._outcome import Outcome, PublishReport, new_report
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._gate import GroupHandle
@@ -155,10 +155,12 @@ class PublishPath(FanOut):
         (the usual case, `publish_lone`: no ``max_pending``, no broadcast subscriber)."""
         if key is not None and type(key) is not str:
             check_keys([key])
-        self.check([message])
+        settings = self._settings
+        if settings.message_type is not None or self._ledger.closed:  # else nothing to check
+            self.check([message])
         deadline = None if timeout is None else time.monotonic() + timeout
         groups = self._groups()
-        if groups and self._settings.max_pending is None and not self._ring.subscriber_count:
+        if groups and settings.max_pending is None and not self._ring.subscriber_count:
             return self.publish_lone(groups, message, key or None, attributes, deadline)
         self._ledger.count("published")
         try:
@@ -173,7 +175,7 @@ class PublishPath(FanOut):
             # Refused while waiting (nothing of it was sent): it never entered the topic.
             self._ledger.count("published", -1)
             raise
-        return PublishReport(str(seq), balanced, broadcast, future)
+        return new_report(str(seq), balanced, broadcast, future)
 
     def publish_messages(self, messages: list[Message]) -> Sequence[str]:
         """`publish_parts` for prepared `Message` objects (an empty key is no key)."""

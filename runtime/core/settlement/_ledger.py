@@ -275,7 +275,7 @@ class Ledger(Admission, Burial):
             f"group:{group}" if group is not None
             else f"subscriber:{delivery._handover.subscriber_id}"
         )
-        track.nacks.append(Nack(destination, reason, error))
+        track.nack(Nack(destination, reason, error))
         track.remaining -= 1
         if track.remaining == 0:
             self._complete(delivery._envelope[SEQ], track, effects)
