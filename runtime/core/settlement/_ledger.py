@@ -18,8 +18,8 @@ from typing import Any
 
 from runtime.core._block import seqs_of
 from runtime.core._envelope import SEQ, Envelope
-from runtime.core._future import resolve
-from runtime.core._outcome import Nack, Outcome, OutcomeTrack
+from runtime.core._future import resolve, resolve_all
+from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack, count_down
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._admission import Admission
 from runtime.core.settlement._burial import RETRYABLE, Burial, Effect, run_effects
@@ -152,25 +152,20 @@ class Ledger(Admission, Burial):
     def settle_whole(self, tranche: Tranche) -> None:
         """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""
         effects: list[Effect] = []
+        acked: list[Future[Outcome]] = []
         with self._lock:
             if tranche.live:
                 tranche.live = False
                 del self._live[tranche.id]
-            tracks, completed = self._tracks, len(tranche.envelopes)
-            if tracks:  # per-message outcomes to complete: a dict lookup each
-                completed = 0
-                for seq in seqs_of(tranche.envelopes):
-                    track = tracks.get(seq)
-                    if track is None:
-                        completed += 1
-                    else:
-                        track.remaining -= 1
-                        if track.remaining == 0:
-                            self._complete(seq, track, effects)
+            completed = len(tranche.envelopes)
+            if self._tracks:  # per-message outcomes to complete: a dict lookup each
+                completed = count_down(
+                    self._tracks, seqs_of(tranche.envelopes), self._complete, effects, acked)
             self.pending -= completed
             self._counters.delivered += completed
             self._changed.notify_all()
         run_effects(effects)
+        resolve_all(acked, [ACKED_OUTCOME] * len(acked))
 
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""

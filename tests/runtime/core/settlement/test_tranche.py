@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime import Bus, Delivery, Outcome
+from runtime import Bus, Delivery, Nack, Outcome
 from runtime.core._envelope import Envelope
 from runtime.core.settlement._dead_letters import DeadLetterQueue
 from runtime.core.settlement._delivery import ACKED, NACKED
@@ -56,6 +56,32 @@ def test_a_whole_claim_completes_tracked_outcomes() -> None:
 
     assert [f.result(timeout=1).acked for f in futures] == [True, True, True]
     assert ledger.stats().pending == 0
+
+
+def test_whole_claims_of_two_destinations_complete_outcomes_at_the_last_one() -> None:
+    ledger, letters = _ledger()
+    envelopes = _envelopes(3)
+    futures: list[Future[Outcome] | None] = [Future(), None, Future()]
+    ledger.reserve(envelopes, 2, futures, slotted=False)
+    nacking, acking = Tranche(None, 1, "g", envelopes), Tranche(None, 2, "h", envelopes)
+    ledger.register(nacking)
+    ledger.register(acking)
+
+    first, second, third = nacking.unpack()  # "g": the third is nacked
+    for delivery in (first, second):
+        delivery._claim()
+        delivery._state = ACKED
+    assert third._expire("closed")
+    ledger.settle([first, second, third])
+    assert not any(f.done() for f in futures if f is not None)  # "h" has not settled
+    assert acking.claim_whole()
+    ledger.settle_whole(acking)
+
+    assert futures[0] is not None and futures[0].result(timeout=1) == Outcome(acked=True)
+    assert futures[2] is not None and futures[2].result(timeout=1) == Outcome(
+        acked=False, nacks=(Nack("group:g", "closed", None),))
+    stats = ledger.stats()
+    assert (stats.delivered, stats.pending, [d.reason for d in letters]) == (2, 0, ["closed"])
 
 
 def test_an_expired_tranche_is_unpacked_and_the_late_whole_ack_loses() -> None:
