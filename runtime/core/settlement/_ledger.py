@@ -164,8 +164,8 @@ class Ledger(Admission, Burial):
             self.pending -= completed
             self._counters.delivered += completed
             self._changed.notify_all()
+        resolve_all(acked, [ACKED_OUTCOME] * len(acked))  # first: it raises nothing
         run_effects(effects)
-        resolve_all(acked, [ACKED_OUTCOME] * len(acked))
 
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
