@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import pytest
@@ -60,28 +60,54 @@ def test_a_whole_claim_completes_tracked_outcomes() -> None:
 
 def test_whole_claims_of_two_destinations_complete_outcomes_at_the_last_one() -> None:
     ledger, letters = _ledger()
-    envelopes = _envelopes(3)
-    futures: list[Future[Outcome] | None] = [Future(), None, Future()]
-    ledger.reserve(envelopes, 2, futures, slotted=False)
+    envelopes = _envelopes(4)
+    futures: list[Future[Outcome]] = [Future(), Future()]
+    ledger.reserve(envelopes[:2], 2, futures, slotted=False)  # topic.publish: a future each
+    ledger.reserve(envelopes[2:], 2, None, slotted=False)  # a Publisher batch: none
     nacking, acking = Tranche(None, 1, "g", envelopes), Tranche(None, 2, "h", envelopes)
     ledger.register(nacking)
     ledger.register(acking)
 
-    first, second, third = nacking.unpack()  # "g": the third is nacked
-    for delivery in (first, second):
+    first, second, third, fourth = nacking.unpack()  # "g": the second and fourth nacked
+    for delivery in (first, third):
         delivery._claim()
         delivery._state = ACKED
-    assert third._expire("closed")
-    ledger.settle([first, second, third])
-    assert not any(f.done() for f in futures if f is not None)  # "h" has not settled
+    assert second._expire("closed") and fourth._expire("closed")
+    ledger.settle([first, second, third, fourth])
+    assert not any(f.done() for f in futures)  # "h" has not settled
     assert acking.claim_whole()
     ledger.settle_whole(acking)
 
-    assert futures[0] is not None and futures[0].result(timeout=1) == Outcome(acked=True)
-    assert futures[2] is not None and futures[2].result(timeout=1) == Outcome(
+    assert futures[0].result(timeout=1) == Outcome(acked=True)
+    assert futures[1].result(timeout=1) == Outcome(
         acked=False, nacks=(Nack("group:g", "closed", None),))
     stats = ledger.stats()
-    assert (stats.delivered, stats.pending, [d.reason for d in letters]) == (2, 0, ["closed"])
+    assert (stats.delivered, stats.pending, [d.reason for d in letters]) == (
+        2, 0, ["closed", "closed"])
+
+
+def test_an_outcome_resolved_by_hand_keeps_no_other_outcome_of_the_tranche_pending() -> None:
+    ledger, _ = _ledger()
+    envelopes = _envelopes(3)
+    futures: list[Future[Outcome]] = [Future() for _ in envelopes]
+    ledger.reserve(envelopes, 2, futures, slotted=False)
+    nacking, acking = Tranche(None, 1, "g", envelopes), Tranche(None, 2, "h", envelopes)
+    ledger.register(nacking)
+    ledger.register(acking)
+    first, second, third = nacking.unpack()
+    for delivery in (first, third):
+        delivery._claim()
+        delivery._state = ACKED
+    assert second._expire("closed")
+    ledger.settle([first, second, third])
+    futures[1].set_result(Outcome(acked=True))  # a caller's misuse: its outcome is taken
+
+    assert acking.claim_whole()
+    with pytest.raises(InvalidStateError):
+        ledger.settle_whole(acking)
+
+    assert [futures[0].result(timeout=1), futures[2].result(timeout=1)] == [Outcome(acked=True)] * 2
+    assert ledger.stats().pending == 0
 
 
 def test_an_expired_tranche_is_unpacked_and_the_late_whole_ack_loses() -> None:
