@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from actors import ActorSystem
+from runtime import Bus
 
 # Helper processes that multiprocessing starts once per interpreter and owns itself.
 _MP_HELPERS = ("forkserver", "resource_tracker", "semaphore_tracker")
@@ -29,6 +30,14 @@ def system() -> Iterator[ActorSystem]:
     """An actor system for one test, shut down after it (modules may define their own)."""
     with ActorSystem() as actor_system:
         yield actor_system
+
+
+@pytest.fixture
+def bus() -> Iterator[Bus]:
+    """A bus for one test, closed after it (modules whose tests need topics made first
+    define their own)."""
+    with Bus() as running:
+        yield running
 
 
 @pytest.fixture(params=["thread", "process"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,12 +15,6 @@ from runtime.cli._metrics import MetricsServer
 class Echo(Actor):
     def on_receive(self, message: object) -> object:
         return message
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def scrape(server: MetricsServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -5,7 +5,6 @@ and a chunk that meets a subscriber come since it was sized goes again in pieces
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,6 @@ from runtime.core import _fan_out
 from runtime.core._publishing import MAX_CHUNK, PublishPath
 
 CAPACITY = 8  # balanced_capacity and broadcast_capacity: the settings' chunk
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 @pytest.fixture

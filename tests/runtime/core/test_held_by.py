@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from runtime import Bus
 from runtime.errors import WouldBlock
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_nothing_holds_an_idle_topic(bus: Bus) -> None:

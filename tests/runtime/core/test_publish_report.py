@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterator
 
 import pytest
 
 from runtime import Bus, Outcome, PublishReport
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_a_lone_publish_reports_like_the_dataclass(bus: Bus) -> None:

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from runtime import Bus, Delivery, Message, Nack
 from runtime.core.subscribers import _subscribers
 from runtime.errors import SettlementError, TopicClosedError
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_close_force_nacks_pending_deliveries_as_closed(bus: Bus) -> None:

@@ -24,12 +24,6 @@ class RushOrder(Order):
     pass
 
 
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
-
-
 @contextmanager
 def _publishing(topic: Topic[str], message: str) -> Iterator[Future[PublishReport]]:
     """``topic.publish(message)`` running in another thread (started when this yields)."""

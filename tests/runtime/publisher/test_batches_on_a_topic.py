@@ -6,7 +6,6 @@ import copy
 import pickle
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,6 @@ from runtime import Bus, Delivery, Message
 from runtime.errors import InvalidSettingsError, PublishError, TopicClosedError
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as running:
-        yield running
 
 
 class Collector:

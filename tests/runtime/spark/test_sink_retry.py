@@ -25,12 +25,6 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
-
-
-@pytest.fixture
 def server(bus: Bus, spark: Any) -> Iterator[BusServer]:
     from runtime.spark import register
 

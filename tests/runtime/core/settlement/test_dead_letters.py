@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from runtime import Bus, DeadLetter, DeadLetterQueue, Message, Topic
 from runtime.errors import TopicClosedError, TopicNotFoundError
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def _letter(n: int) -> DeadLetter:

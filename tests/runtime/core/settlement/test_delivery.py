@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from runtime import Bus, Delivery, Nack
 from runtime.errors import SettlementError
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_settling_twice_raises(bus: Bus) -> None:

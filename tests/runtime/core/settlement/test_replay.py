@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from runtime import Bus, Delivery
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_replay_does_not_bill_twice_what_only_the_audit_failed(bus: Bus) -> None:

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from runtime import Bus, Delivery, Nack
 from runtime.errors import UnsupportedPolicyError
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_every_broadcast_subscriber_gets_every_message(bus: Bus) -> None:

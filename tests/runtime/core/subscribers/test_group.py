@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -12,12 +12,6 @@ import pytest
 
 from runtime import Bus, Delivery, Nack, Topic
 from runtime.errors import WouldBlock
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def _recorder(seen: list[tuple[int, int]], member: int) -> object:

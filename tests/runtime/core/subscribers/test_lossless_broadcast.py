@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from runtime import Bus, Delivery, TopicSettings
 from runtime.errors import TopicClosedError, WouldBlock
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_block_is_the_default_lag_policy() -> None:

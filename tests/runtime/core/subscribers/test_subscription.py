@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from runtime import Bus, Delivery, Nack, PullSubscription, Subscription
 from runtime.errors import TopicClosedError, WouldBlock
-
-
-@pytest.fixture
-def bus() -> Iterator[Bus]:
-    with Bus() as bus:
-        yield bus
 
 
 def test_subscriber_ids_start_at_one_and_are_never_reused(bus: Bus) -> None:
