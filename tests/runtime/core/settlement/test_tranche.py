@@ -58,22 +58,32 @@ def test_a_whole_claim_completes_tracked_outcomes() -> None:
     assert ledger.stats().pending == 0
 
 
+def _settle_first_destination(
+    ledger: Ledger, envelopes: list[Envelope], nacked: set[int],
+) -> Tranche:
+    """Hand ``envelopes`` to two destinations; "g" settles its tranche one by one (the
+    positions ``nacked`` as "closed", the rest acked). Returns "h"'s tranche, unsettled."""
+    settling, waiting = Tranche(None, 1, "g", envelopes), Tranche(None, 2, "h", envelopes)
+    ledger.register(settling)
+    ledger.register(waiting)
+    deliveries = settling.unpack()
+    for index, delivery in enumerate(deliveries):
+        if index in nacked:
+            assert delivery._expire("closed")
+        else:
+            delivery._claim()
+            delivery._state = ACKED
+    ledger.settle(deliveries)
+    return waiting
+
+
 def test_whole_claims_of_two_destinations_complete_outcomes_at_the_last_one() -> None:
     ledger, letters = _ledger()
     envelopes = _envelopes(4)
     futures: list[Future[Outcome]] = [Future(), Future()]
     ledger.reserve(envelopes[:2], 2, futures, slotted=False)  # topic.publish: a future each
     ledger.reserve(envelopes[2:], 2, None, slotted=False)  # a Publisher batch: none
-    nacking, acking = Tranche(None, 1, "g", envelopes), Tranche(None, 2, "h", envelopes)
-    ledger.register(nacking)
-    ledger.register(acking)
-
-    first, second, third, fourth = nacking.unpack()  # "g": the second and fourth nacked
-    for delivery in (first, third):
-        delivery._claim()
-        delivery._state = ACKED
-    assert second._expire("closed") and fourth._expire("closed")
-    ledger.settle([first, second, third, fourth])
+    acking = _settle_first_destination(ledger, envelopes, nacked={1, 3})  # "g"
     assert not any(f.done() for f in futures)  # "h" has not settled
     assert acking.claim_whole()
     ledger.settle_whole(acking)
@@ -91,15 +101,7 @@ def test_an_outcome_resolved_by_hand_keeps_no_other_outcome_of_the_tranche_pendi
     envelopes = _envelopes(3)
     futures: list[Future[Outcome]] = [Future() for _ in envelopes]
     ledger.reserve(envelopes, 2, futures, slotted=False)
-    nacking, acking = Tranche(None, 1, "g", envelopes), Tranche(None, 2, "h", envelopes)
-    ledger.register(nacking)
-    ledger.register(acking)
-    first, second, third = nacking.unpack()
-    for delivery in (first, third):
-        delivery._claim()
-        delivery._state = ACKED
-    assert second._expire("closed")
-    ledger.settle([first, second, third])
+    acking = _settle_first_destination(ledger, envelopes, nacked={1})
     futures[1].set_result(Outcome(acked=True))  # a caller's misuse: its outcome is taken
 
     assert acking.claim_whole()
