@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.processes import running_after
 
 from actors import Actor, ActorSystem
 from actors.errors import SpawnError
@@ -63,18 +64,11 @@ class FailsSecond(Actor):
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:
-    """True once ``pid`` has ended (a zombie nobody reaps counts as ended)."""
+    """True once ``pid`` has exited (a zombie nobody reaps counts as exited)."""
     try:
-        proc = psutil.Process(pid)
-        proc.wait(timeout)
+        return not running_after([psutil.Process(pid)], timeout)
     except psutil.NoSuchProcess:
         return True
-    except psutil.TimeoutExpired:
-        try:
-            return proc.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-    return True
 
 
 # -- 7. a reply that does not unpickle in the parent fails alone ----------------------------

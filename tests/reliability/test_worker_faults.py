@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.processes import running_after
 from support.reliability import (  # noqa: F401 (figures is a fixture)
     RestartWatch,
     append_line,
@@ -139,8 +140,7 @@ def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # no
         killed_at = time.monotonic()
         os.kill(host.pid, signal.SIGKILL)
         host.wait(timeout=10)
-        _, alive = psutil.wait_procs(descendants, timeout=2.0)
-        alive = [p for p in alive if not _exited(p)]  # an unreaped zombie has exited
+        alive = running_after(descendants, timeout=2.0)
         cleared = time.monotonic() - killed_at
 
         figures(messages="flowing", faults=1, descendants=len(descendants),
@@ -155,17 +155,6 @@ def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # no
         for proc in descendants:
             if proc.is_running():
                 proc.kill()
-
-
-def _exited(proc: psutil.Process) -> bool:
-    """True for a process gone or a zombie (exited; only its parent's reaping is left).
-
-    In a container without an init process, orphans' zombies may never be reaped.
-    """
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 # -- 3. A handler that hangs for ever -------------------------------------------------------------

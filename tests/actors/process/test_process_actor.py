@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.processes import running_after
 from support.supervision import event_list
 
 from actors import Actor, ActorSystem, ChildSpec, SupervisorSpec
@@ -194,7 +195,7 @@ def test_killed_parent_leaves_no_workers_behind(tmp_path: Any, method: str) -> N
 
         parent.send_signal(signal.SIGKILL)
         parent.wait(5)
-        _, alive = psutil.wait_procs(descendants, timeout=2.0)
+        alive = running_after(descendants, timeout=2.0)
     finally:
         if parent.poll() is None:
             parent.kill()
