@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from support.processes import running_after
 
 from actors import ActorSystem
 from runtime import Bus
@@ -119,7 +120,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
             procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
             continue
-    _, alive = psutil.wait_procs(procs, timeout=5.0)
+    alive = running_after(procs, timeout=5.0)  # a zombie left to PID 1 has exited
     for proc in alive:  # clean up after the failing test, then report it
         proc.kill()
     assert not leaked_threads, f"test leaked threads: {sorted(leaked_threads)}"
