@@ -134,7 +134,7 @@ def test_a_pool_whose_second_member_fails_to_start_leaves_nothing_running(tmp_pa
         with pytest.raises(SpawnError, match="refuses to start"):
             system.pool(FailsSecond, marker, size=3, name="p")
         left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-        _, alive = psutil.wait_procs(left, timeout=10)
+        alive = running_after(left, timeout=10)
 
         assert os.path.exists(marker)  # the first member did start
         assert alive == []

@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.processes import running_after
 from support.reliability import (  # noqa: F401 (figures is a fixture)
     RestartWatch,
     figures,
@@ -98,7 +99,7 @@ def test_restart_storm_escalates_to_the_root_and_shuts_down_clean(
     leaked_threads = _new_threads_end(threads_before, timeout=5.0)
     new_children = [p for p in psutil.Process().children(recursive=True)
                     if p.pid not in children_before]
-    _, alive = psutil.wait_procs(new_children, timeout=2.0)
+    alive = running_after(new_children, timeout=2.0)
     fds_after, _ = process_usage()
     crashes = watch.count("failed", "storm/p1")
     figures(faults=crashes, escalation_s=round(escalation_s, 3), shutdown_s=round(shutdown_s, 3),
