@@ -15,7 +15,7 @@ acking thread member. That member holds at most 32 deliveries (the default prefe
 `DESIGN.md` 3.4 rev. 2) and the group's bounded queue makes the batched side wait for
 it, so its batched rate is the member's rate, not the Publisher's: until stop 36 it was
 the main row, and it fell each time the member's prefetch shrank or the unbatched path
-got faster (README, "Benchmarks", the **batching** entry).
+got faster (`benchmarks/HISTORY.md`, the **batching** entry).
 """
 
 from __future__ import annotations
