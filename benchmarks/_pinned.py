@@ -28,8 +28,7 @@ from ._child import run_medians
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import run_pipeline
-from ._pipeline_pool import run_executor, run_ordered
-from ._tuned import executor_and_topic
+from ._pipeline_pool import executor_and_topic, run_executor, run_ordered
 
 __all__ = ["SCENARIOS", "measure_pinned", "run_pinned"]
 

@@ -44,7 +44,10 @@ from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._pipeline import TIMEOUT, ignore, run_pipeline, settle
 
-__all__ = ["SCENARIOS", "BatchCounter", "queue_worker", "run_executor", "run_ordered", "touch"]
+__all__ = [
+    "SCENARIOS", "BatchCounter", "executor_and_topic", "queue_worker", "run_executor", "run_ordered",
+    "touch",
+]
 
 _WORKERS = 2
 _CHUNK = 100
@@ -126,6 +129,19 @@ def _fork_baselines() -> Iterator[tuple[Pool, ProcessPoolExecutor, _QueueWorkers
         stack.callback(pool.join)
         stack.callback(pool.close)
         yield pool, executor, queue
+
+
+@contextmanager
+def executor_and_topic(name: str) -> Iterator[tuple[ProcessPoolExecutor, Topic[Any]]]:
+    """A fork ``ProcessPoolExecutor(2)`` whose workers are forked first (before any thread
+    of the bus), then topic ``name`` of a new bus, read by a ``workers=2`` group."""
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(_WORKERS, mp_context=context) as executor:
+        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker before the bus
+        with Bus() as bus:
+            topic = bus.create_topic(name)
+            topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
+            yield executor, topic
 
 
 def _run_pool(pool: Pool, messages: list[bytes]) -> None:

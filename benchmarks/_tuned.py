@@ -18,38 +18,17 @@ scenario; both sides alternate there as everywhere else (`interleave`).
 from __future__ import annotations
 
 import gc
-import multiprocessing
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from functools import partial
-from typing import Any
-
-from runtime import Bus, Topic
 
 from ._child import run_medians
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
-from ._pipeline import ignore, run_pipeline
-from ._pipeline_pool import run_executor, touch
+from ._pipeline import run_pipeline
+from ._pipeline_pool import executor_and_topic, run_executor
 
-__all__ = ["SCENARIOS", "executor_and_topic", "measure_tuned", "run_tuned"]
+__all__ = ["SCENARIOS", "measure_tuned", "run_tuned"]
 
-_WORKERS = 2
 _THRESHOLDS = (20_000, 10, 10)
-
-
-@contextmanager
-def executor_and_topic(name: str) -> Iterator[tuple[ProcessPoolExecutor, Topic[Any]]]:
-    """A fork ``ProcessPoolExecutor(2)`` whose workers are forked first (before any thread
-    of the bus), then topic ``name`` of a new bus, read by a ``workers=2`` group."""
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(_WORKERS, mp_context=context) as executor:
-        list(executor.map(touch, payloads(_WORKERS)))  # forks every worker before the bus
-        with Bus() as bus:
-            topic = bus.create_topic(name)
-            topic.subscribe(ignore, group="workers", workers=_WORKERS, auto_ack=True)
-            yield executor, topic
 
 
 def run_tuned(count: int, repeats: int) -> dict[str, float]:
