@@ -2,7 +2,8 @@
 
 The parent of a pool (ours, and the standard library's) is a set of Python threads that
 take turns with the GIL. Spread by the OS over every CPU, they pass it between CPUs
-(`benchmarks/HISTORY.md`, "Stop 44": pinned, every path we measured ran faster but one plain-path pair).
+(`benchmarks/HISTORY.md`, "Stop 44": pinned, every path we measured ran faster but one
+plain-path pair).
 `actors.pin_threads` keeps every thread of the process on one CPU and gives process
 actors started later the CPUs the process had (nothing pins by default: README,
 "Tuning a high-rate publisher").

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import psutil
 
 
-def exited(proc: psutil.Process) -> bool:
+def _exited(proc: psutil.Process) -> bool:
     """True for a process that is gone or a zombie: it has exited, only its reaping is left.
 
     An orphan is reaped by PID 1, and a container's PID 1 may reap late or never.
@@ -25,6 +25,6 @@ def running_after(procs: Iterable[psutil.Process], timeout: float) -> list[psuti
     left = list(procs)
     while True:
         _, left = psutil.wait_procs(left, timeout=0.05)
-        left = [proc for proc in left if not exited(proc)]
+        left = [proc for proc in left if not _exited(proc)]
         if not left or time.monotonic() >= deadline:
             return left
