@@ -45,8 +45,8 @@ from ._measure import interleave, payloads, per_second
 from ._pipeline import TIMEOUT, ignore, run_pipeline, settle
 
 __all__ = [
-    "SCENARIOS", "BatchCounter", "executor_and_topic", "queue_worker", "run_executor", "run_ordered",
-    "touch",
+    "SCENARIOS", "BatchCounter", "Ours", "executor_and_topic", "ours", "queue_worker", "run_executor",
+    "run_ordered", "touch",
 ]
 
 _WORKERS = 2
@@ -204,7 +204,7 @@ def _check(handled: int, count: int) -> None:
         raise RuntimeError(f"the baseline handled {handled} of {count} messages")
 
 
-class _Ours:
+class Ours:
     """Our sides: the plain topic, one with ``max_pending``, ordered Publishers, the kernel."""
 
     def __init__(self, bus: Bus) -> None:
@@ -223,9 +223,10 @@ class _Ours:
 
 
 @contextmanager
-def _ours() -> Iterator[_Ours]:
+def ours() -> Iterator[Ours]:
+    """A bus with `Ours` on it, closed on exit."""
     with Bus() as bus:
-        yield _Ours(bus)
+        yield Ours(bus)
 
 
 def _rate(messages: list[bytes], work: Any, *args: Any) -> Any:
@@ -236,18 +237,18 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
     """Messages per second into 2 worker processes vs the fork pools, our kernel, a Queue."""
     messages = payloads(profile.count(100_000, minimum=1_000))
     singles = payloads(profile.count(20_000, minimum=200))
-    with _fork_baselines() as (pool, executor, queue), _ours() as ours:
+    with _fork_baselines() as (pool, executor, queue), ours() as sides:
         medians = interleave({
-            "ours": _rate(messages, run_pipeline, ours.topic, ours.publisher),
-            "bounded": _rate(messages, run_pipeline, ours.bounded, ours.bounded_publisher),
-            "kept": _rate(messages, _run_kept, ours.topic, ours.keeping),
-            "ordered": _rate(messages, run_ordered, ours.topic, ours.ordered),
-            "ordered_fc": _rate(messages, run_ordered, ours.topic, ours.ordered_fc),
+            "ours": _rate(messages, run_pipeline, sides.topic, sides.publisher),
+            "bounded": _rate(messages, run_pipeline, sides.bounded, sides.bounded_publisher),
+            "kept": _rate(messages, _run_kept, sides.topic, sides.keeping),
+            "ordered": _rate(messages, run_ordered, sides.topic, sides.ordered),
+            "ordered_fc": _rate(messages, run_ordered, sides.topic, sides.ordered_fc),
             "executor": _rate(messages, run_executor, executor),
             "pool": _rate(messages, _run_pool, pool),
-            "kernel": _rate(messages, _run_kernel, ours.kernel),
+            "kernel": _rate(messages, _run_kernel, sides.kernel),
             "queue": _rate(messages, queue.run),
-            "publish1": _rate(singles, _publish_each, ours.topic),
+            "publish1": _rate(singles, _publish_each, sides.topic),
             "submit1": _rate(singles, _submit_each, executor),
         }, repeats=profile.repeats)
     return _comparisons(medians)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import benchmarks
-from benchmarks import _spark
+from benchmarks import _spark, threads
 
 KERNEL_SCENARIOS = ("actor_tell", "actor_ask", "process_roundtrip", "process_batched",
                     "cpu_scaling")
@@ -73,6 +73,30 @@ def test_unknown_scenario_is_refused_with_exit_code_2(tmp_path: Path) -> None:
 
     assert code == 2
     assert not path.exists()
+
+
+@pytest.mark.timeout(60)
+def test_thread_profile_gives_each_path_its_threads_cpu_per_message() -> None:
+    profile = threads.measure(["plain", "ordered_fc"], messages=2_000, rounds=1)
+
+    assert list(profile) == ["plain", "ordered_fc"]
+    for per in profile.values():
+        assert {"MainThread", "PublisherActor", "TopicActor", "GroupActor"} <= set(per)
+        assert all(per[name] > 0 for name in ("MainThread", "PublisherActor", threads.WORKERS,
+                                              threads.WALL))
+        shared = [value for name, value in per.items() if name not in threads.TOTALS]
+        assert per[threads.PARENT] == pytest.approx(sum(shared))
+    table = threads.render(profile).splitlines()
+    assert table[0].split()[-2:] == ["plain", "ordered_fc"]
+    assert [line.split()[0] for line in table[-3:]] == list(threads.TOTALS)
+
+
+def test_thread_profile_refuses_an_unknown_path(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        threads.main(["plain", "no_such_path"])
+
+    assert exited.value.code == 2
+    assert "unknown paths: no_such_path" in capsys.readouterr().err
 
 
 def _oriented_ratio(row: dict[str, Any]) -> float:
