@@ -33,7 +33,8 @@ from ._pipeline import run_pipeline
 from ._pipeline_pool import Ours, ours, run_ordered
 
 __all__ = [
-    "PARENT", "PATHS", "TOTALS", "WALL", "WORKERS", "Profile", "main", "measure", "render", "thread_cpu",
+    "PARENT", "PATHS", "TOTALS", "WALL", "WORKERS", "Profile", "main", "measure", "render", "spent_since",
+    "thread_cpu",
 ]
 
 PATHS = ("plain", "ordered", "ordered_fc")
@@ -55,15 +56,23 @@ def _runners(sides: Ours) -> dict[str, Callable[[list[bytes]], None]]:
     }
 
 
-def thread_cpu() -> Counter[str]:
-    """Nanoseconds of CPU so far of each live thread of this process, by name without
-    numbers (threads of one name added), and of its children together under ``workers``."""
+def thread_cpu() -> dict[tuple[str, int], int]:
+    """Nanoseconds of CPU so far of each live thread of this process, keyed by its name
+    without numbers and its id, and of each thread of its children, named ``workers``."""
     names = {thread.native_id: _NUMBERS.sub("", thread.name) for thread in threading.enumerate()}
-    spent: Counter[str] = Counter()
-    for tid, nanoseconds in _tasks(psutil.Process()):
-        spent[names.get(tid, "other")] += nanoseconds
+    spent = {(names.get(tid, "other"), tid): nanoseconds
+             for tid, nanoseconds in _tasks(psutil.Process())}
     for child in psutil.Process().children(recursive=True):
-        spent[WORKERS] += sum(nanoseconds for _, nanoseconds in _tasks(child))
+        spent.update(((WORKERS, tid), nanoseconds) for tid, nanoseconds in _tasks(child))
+    return spent
+
+
+def spent_since(before: dict[tuple[str, int], int]) -> Counter[str]:
+    """CPU per name since ``before``, thread by thread: a thread started since counts
+    whole; one that ended since is left out (its last CPU can no longer be read)."""
+    spent: Counter[str] = Counter()
+    for (name, tid), nanoseconds in thread_cpu().items():
+        spent[name] += nanoseconds - before.get((name, tid), 0)
     return spent
 
 
@@ -99,7 +108,7 @@ def measure(paths: Sequence[str] = PATHS, messages: int = 100_000, rounds: int =
                 before, start = thread_cpu(), time.perf_counter()
                 runners[path](batch)
                 totals[path][WALL] += round((time.perf_counter() - start) * 1e9)
-                totals[path].update(thread_cpu() - before)
+                totals[path].update(spent_since(before))
     return Profile({path: _per_message(spent, messages * rounds) for path, spent in totals.items()})
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,44 @@ def test_thread_profile_gives_each_path_its_threads_cpu_per_message() -> None:
     table = threads.render(profile).splitlines()
     assert table[0].split()[-2:] == ["plain", "ordered_fc"]
     assert [line.split()[0] for line in table[-3:]] == list(threads.TOTALS)
+
+
+def test_thread_cpu_counts_a_thread_started_since_whole_and_leaves_out_one_that_ended() -> None:
+    # Two threads of one name ("Spinner"): the one that ended must not take its CPU off
+    # the one that started since.
+    first, second = _Spinner("Spinner-1"), _Spinner("Spinner-2")
+    first.start()
+    assert first.spun.wait(10)
+    before = threads.thread_cpu()
+    first.stop()
+    second.start()
+    try:
+        assert second.spun.wait(10)
+        spent = threads.spent_since(before)
+    finally:
+        second.stop()
+
+    assert spent["Spinner"] >= second.cpu > 1_000_000  # nanoseconds
+    assert min(spent.values()) >= 0
+
+
+class _Spinner(threading.Thread):
+    """Spins ~2M additions, records its CPU for them, then waits until stopped."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
+        self.spun, self._release, self.cpu = threading.Event(), threading.Event(), 0
+
+    def run(self) -> None:
+        start = time.thread_time_ns()
+        sum(range(2_000_000))
+        self.cpu = time.thread_time_ns() - start
+        self.spun.set()
+        self._release.wait(10)
+
+    def stop(self) -> None:
+        self._release.set()
+        self.join(10)
 
 
 def test_thread_profile_refuses_an_unknown_path(capsys: pytest.CaptureFixture[str]) -> None:
