@@ -43,9 +43,9 @@ WALL, PARENT, WORKERS = "wall", "parent", "workers"
 TOTALS = (PARENT, WORKERS, WALL)
 
 
-class Profile(dict[str, Counter[str]]):
-    """Per path, microseconds per message: one entry per thread name, plus ``wall``,
-    ``workers`` and ``parent`` (the sum of this process's threads)."""
+# Per path, microseconds per message: one entry per thread name, plus ``wall``,
+# ``workers`` and ``parent`` (the sum of this process's threads).
+Profile = dict[str, Counter[str]]
 
 
 def _runners(sides: Ours) -> dict[str, Callable[[list[bytes]], None]]:
@@ -60,9 +60,9 @@ def thread_cpu() -> dict[tuple[str, int], int]:
     """Nanoseconds of CPU so far of each live thread of this process, keyed by its name
     without numbers and its id, and of each thread of its children, named ``workers``."""
     names = {thread.native_id: _NUMBERS.sub("", thread.name) for thread in threading.enumerate()}
-    spent = {(names.get(tid, "other"), tid): nanoseconds
-             for tid, nanoseconds in _tasks(psutil.Process())}
-    for child in psutil.Process().children(recursive=True):
+    this = psutil.Process()
+    spent = {(names.get(tid, "other"), tid): nanoseconds for tid, nanoseconds in _tasks(this)}
+    for child in this.children(recursive=True):
         spent.update(((WORKERS, tid), nanoseconds) for tid, nanoseconds in _tasks(child))
     return spent
 
@@ -95,10 +95,14 @@ def _tasks(process: psutil.Process) -> list[tuple[int, int]]:
 
 def measure(paths: Sequence[str] = PATHS, messages: int = 100_000, rounds: int = 5) -> Profile:
     """Run ``rounds`` rounds of ``messages`` on each path, alternated after one warm-up
-    round each, and return each path's CPU per message by thread."""
+    round each, and return each path's CPU per message by thread.
+
+    Raises:
+        ValueError: a path is not one of `PATHS` (before anything starts).
+    """
     if unknown := [path for path in paths if path not in PATHS]:
-        raise ValueError(f"unknown paths {unknown}; known: {', '.join(PATHS)}")
-    batch, totals = payloads(messages), Profile({path: Counter() for path in paths})
+        raise ValueError(f"unknown paths: {', '.join(unknown)} (known: {', '.join(PATHS)})")
+    batch, totals = payloads(messages), {path: Counter[str]() for path in paths}
     with ours() as sides:
         runners = _runners(sides)
         for path in paths:
@@ -109,7 +113,7 @@ def measure(paths: Sequence[str] = PATHS, messages: int = 100_000, rounds: int =
                 runners[path](batch)
                 totals[path][WALL] += round((time.perf_counter() - start) * 1e9)
                 totals[path].update(spent_since(before))
-    return Profile({path: _per_message(spent, messages * rounds) for path, spent in totals.items()})
+    return {path: _per_message(spent, messages * rounds) for path, spent in totals.items()}
 
 
 def _per_message(spent: Counter[str], count: int) -> Counter[str]:
@@ -138,10 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    if unknown := sorted(set(args.paths) - set(PATHS)):
-        parser.error(f"unknown paths: {', '.join(unknown)}")
+    try:
+        profile = measure(args.paths, args.messages, args.rounds)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(f"{os.cpu_count()} CPUs; {args.rounds} rounds of {args.messages:,} messages a path")
-    print(render(measure(args.paths, args.messages, args.rounds)))
+    print(render(profile))
     return 0
 
 
