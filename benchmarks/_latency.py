@@ -3,7 +3,7 @@
 One message at a time: stamp, ``publisher.publish``, wait for the handler (one balanced
 thread member) to set an event; the sample is the handler's clock reading minus the
 stamp. The first samples warm the path up and are dropped. Reported as ratios to the
-bounds of issue 8 (p50 at most 2 ms, p99 at most 10 ms): ``ratio = bound / measured``.
+latency targets (p50 at most 2 ms, p99 at most 10 ms): ``ratio = bound / measured``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """``pipeline_pool``'s paths with the parent's threads kept on one CPU (``pipeline_pinned``).
 
 The parent of a pool (ours, and the standard library's) is a set of Python threads that
-take turns with the GIL. Spread by the OS over every CPU, they pass it between CPUs
-(`benchmarks/HISTORY.md`, "Stop 44": pinned, every path we measured ran faster but one
-plain-path pair).
+take turns with the GIL. Spread by the OS over every CPU, they pass it between CPUs.
 `actors.pin_threads` keeps every thread of the process on one CPU and gives process
-actors started later the CPUs the process had (nothing pins by default: README,
-"Tuning a high-rate publisher").
+actors started later the CPUs the process had (nothing pins by default: the docs'
+operations page, "Tuning a high-rate publisher").
 
 Each round of a pinned side pins every thread of this interpreter (the executor's own
 threads too) and unpins them after it; its workers were started before, on every CPU.

@@ -5,11 +5,12 @@ worker processes (``subscribe(ignore, group=..., workers=2, auto_ack=True)``; th
 starts them with forkserver). The baselines are what a user would otherwise write, each
 in its best configuration: ``ProcessPoolExecutor(2).map(chunksize=100)`` (the main row)
 and ``multiprocessing.Pool(2).imap_unordered(chunksize=100)``, both with the **fork**
-start method (on CPython 3.11 a forkserver Pool is about 70x slower on tiny messages:
-its result thread spins); our own kernel, an ``ActorSystem.pool`` of two process actors
-asked once per list of 100 (``/kernel``, untracked: the ceiling of the tracked path); and,
-as the practical limit (``/queue``), two fork processes fed lists of 100 through a
-``multiprocessing.Queue`` that answer each list with its length.
+start method (a forkserver Pool is far slower on tiny messages on CPython 3.11, its
+result thread spins, and would make an unfair baseline); our own kernel, an
+``ActorSystem.pool`` of two process actors asked once per list of 100 (``/kernel``,
+untracked: the ceiling of the tracked path); and, as the practical limit (``/queue``),
+two fork processes fed lists of 100 through a ``multiprocessing.Queue`` that answer each
+list with its length.
 
 Rows against the plain path, in the same rounds: ``/max_pending`` (a topic with
 ``max_pending=100000``, never reached), ``/kept`` (every future ``publish`` returns kept

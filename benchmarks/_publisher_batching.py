@@ -13,9 +13,8 @@ messages per round (rates are compared, not times).
 The extra row ``batching/thread`` (no target) runs the same two Publishers into one
 acking thread member. That member holds at most 32 deliveries (the default prefetch,
 `DESIGN.md` 3.4 rev. 2) and the group's bounded queue makes the batched side wait for
-it, so its batched rate is the member's rate, not the Publisher's: until stop 36 it was
-the main row, and it fell each time the member's prefetch shrank or the unbatched path
-got faster (`benchmarks/HISTORY.md`, the **batching** entry).
+it, so its batched rate is the member's rate, not the Publisher's; it is a report-only
+row, since it moves with the member's prefetch rather than with batching.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The ``workers=2`` pipeline with the collector a high-rate application would set (``pipeline_tuned``).
 
 ``pipeline_pool`` runs every side with the interpreter as it comes. The collector's
-settings belong to the application rather than to the library, and README's "Tuning a
-high-rate publisher" recommends them: ``gc.freeze()`` after start-up and
+settings belong to the application rather than to the library, and the docs' operations
+page ("Tuning a high-rate publisher") recommends them: ``gc.freeze()`` after start-up and
 ``gc.set_threshold(20_000, 10, 10)``, so that the collector does not walk the start-up
 heap and the application's data in every full collection, nor start a young one every few
 hundred messages. This row runs
 ``pipeline_pool``'s plain path (default Publisher batches of 100) next to fork
 ``ProcessPoolExecutor(2).map(chunksize=100)``, both in one interpreter with those
 settings. Batch size is left as ``pipeline_pool`` has it on both sides: a larger one helps
-the executor more than us (``chunksize=1000``: 1.7-2.0M msg/s).
+the executor more than us.
 
 It runs in a fresh interpreter, so the collector settings it makes reach no other
 scenario; both sides alternate there as everywhere else (`interleave`).

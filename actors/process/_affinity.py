@@ -2,13 +2,11 @@
 
 A process's Python threads run one at a time (the GIL). Left to the OS they are spread
 over every CPU, and the GIL passes between threads on different CPUs (a wake-up across
-CPUs, the threads' shared data moved between caches: our reading). In the pipeline
-benchmarks (two workers, 2 vCPUs) every thread of the parent kept on one CPU changed the
-plain path's rate by -6% to +36% over seven comparisons and the 16-key paths' by +10% to
-+39% (`benchmarks/HISTORY.md`, "Stop 44"); the standard library's
-`ProcessPoolExecutor` parent gained 21% in one. Nothing pins by default: a pinned
-process cannot be moved off a CPU that something else keeps busy, so it is the
-operator's choice (`pin_threads`).
+CPUs, the threads' shared data moved between caches). Keeping every thread of the
+parent on one CPU trades that hand-over for the risk of sharing that CPU with something
+busy; ``python -m benchmarks --only pipeline_pinned`` measures the trade on a given
+machine. Nothing pins by default: a pinned process cannot be moved off a CPU that
+something else keeps busy, so it is the operator's choice (`pin_threads`).
 
 Pinning with ``taskset`` or ``os.sched_setaffinity`` alone would also pin every process
 actor started afterwards (a child inherits its parent's CPUs), and a pool of workers
