@@ -91,9 +91,9 @@ def test_a_bad_value_in_a_topics_file_names_the_file_the_topic_and_the_setting(
     assert code != 0 and _error_line(capsys) == f"actorbus: error: {text}"
 
 
-def test_readme_topics_file_takes_a_remote_publishers_burst_before_consumers_attach() -> None:
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    toml = readme.split("`topics.toml` names the topics")[1].split("```toml\n")[1].split("```")[0]
+def test_documented_topics_file_takes_a_remote_publishers_burst_before_consumers_attach() -> None:
+    page = (Path(__file__).parents[3] / "docs" / "operations.md").read_text()
+    toml = page.split("## The topics file")[1].split("```toml\n")[1].split("```")[0]
     spec = load_topics_text(toml)
 
     with spec.build() as bus:
