@@ -161,7 +161,7 @@ DEVELOPMENT_TALK = [
     (re.compile(r"/tmp/"), "a /tmp path"),
     (re.compile(r"\bissue \d+", re.IGNORECASE), "an issue number"),
 ]
-USER_TEXT = [ROOT / "CHANGELOG.md", *PAGES]
+USER_TEXT = [ROOT / "README.md", ROOT / "CHANGELOG.md", *PAGES]
 
 
 @pytest.mark.parametrize("path", USER_TEXT, ids=lambda p: str(p.relative_to(ROOT)))
