@@ -195,3 +195,14 @@ def test_docstrings_do_not_speak_of_development(path: Path) -> None:
              for match in pattern.finditer(text)]
 
     assert found == []
+
+
+def test_every_test_the_reliability_page_cites_exists() -> None:
+    text = (DOCS / "reliability.md").read_text(encoding="utf-8")
+    defined = {(path.name, name) for path in (ROOT / "tests").rglob("test_*.py")
+               for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.MULTILINE)}
+    cited = re.findall(r"`(?:tests/[\w/]+/)?(test_\w+\.py)::(test_\w+)`", text)
+
+    missing = sorted(f"{file}::{name}" for file, name in cited if (file, name) not in defined)
+
+    assert len(cited) >= 20 and missing == []
