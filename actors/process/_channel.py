@@ -22,7 +22,11 @@ __all__ = ["DEFAULT_STALL_TIMEOUT", "Channel"]
 
 logger = logging.getLogger(__name__)
 
-_BURST = 100e-6  # a tell this soon after the last send is part of a burst
+# A tell this soon after the last send is part of a burst, left to the writer thread to
+# batch: a longer window hands more tells to the writer (fewer, larger frames), a shorter
+# one sends more of them from the caller's thread (less latency, more frames); re-measure
+# with ``python -m benchmarks --only process_roundtrip process_batched``.
+_BURST = 100e-6
 # How long a send may make no progress before the child counts as stuck: its reader
 # thread drains the pipe whatever its handler does, so a pipe that stays full means
 # the process no longer reads (it is killed and, when supervised, replaced).

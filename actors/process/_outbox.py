@@ -11,6 +11,8 @@ from actors.process import _wire as wire
 
 __all__ = ["FLUSH_EVERY", "HOLD", "LATEST", "Outbox"]
 
+# The three trade a reply's latency for fewer, larger frames; re-measure a change with
+# ``python -m benchmarks --only process_roundtrip process_batched latency``.
 # Reports that make a frame at once, however busy the serving loop is.
 FLUSH_EVERY = 256
 # A message that took this long has its reply sent at once, with what waits before it;
