@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,36 +20,81 @@ import pytest
 from actors import Backoff, ChildSpec, SupervisorSpec
 from runtime import BatchSettings, BusServer, FlowControl, TopicSettings
 from runtime.cli._main import _build_parser
+from runtime.errors import InvalidSettingsError
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 RUNNABLE = re.compile(r"<!-- runnable -->\n```python\n(.*?)```", re.DOTALL)
+# Blocks that need a Redis topic: run against a redis-server of their own, once the bus has
+# the backend (they read the server's URL from REDIS_URL).
+RUNNABLE_ON_REDIS = re.compile(r"<!-- runnable: redis -->\n```python\n(.*?)```", re.DOTALL)
 EXAMPLE_INCLUDE = re.compile(r'--8<-- "(examples/[^"]+\.py)"')
 
 
-def runnable_blocks() -> list[tuple[str, str]]:
-    """(page:index, code) for every block marked ``<!-- runnable -->``."""
+def runnable_blocks(marker: re.Pattern[str]) -> list[tuple[str, str]]:
+    """(page:index, code) for every block ``marker`` finds."""
     blocks = []
     for page in PAGES:
-        for index, code in enumerate(RUNNABLE.findall(page.read_text(encoding="utf-8")), 1):
+        for index, code in enumerate(marker.findall(page.read_text(encoding="utf-8")), 1):
             blocks.append((f"{page.relative_to(DOCS)}:{index}", code))
     return blocks
 
 
-BLOCKS = runnable_blocks()
+BLOCKS = runnable_blocks(RUNNABLE)
+REDIS_BLOCKS = runnable_blocks(RUNNABLE_ON_REDIS)
+
+
+def _run_block(where: str, code: str, folder: Path, env: dict[str, str] | None = None) -> None:
+    script = folder / "snippet.py"
+    script.write_text(code, encoding="utf-8")
+
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, cwd=folder, env=env)
+
+    assert result.returncode == 0, f"{where}:\n{result.stderr[-3000:]}"
+    assert result.stdout.strip(), f"{where} should print what it did"
 
 
 @pytest.mark.parametrize(("where", "code"), BLOCKS, ids=[where for where, _ in BLOCKS])
 def test_runnable_docs_block_runs(where: str, code: str, tmp_path: Path) -> None:
-    script = tmp_path / "snippet.py"
-    script.write_text(code, encoding="utf-8")
+    _run_block(where, code, tmp_path)
 
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path)
 
-    assert result.returncode == 0, f"{where}:\n{result.stderr[-3000:]}"
-    assert result.stdout.strip(), f"{where} should print what it did"
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of this module's own on a free loopback port (skips without one)."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    try:
+        TopicSettings(backend="redis").validate()
+    except InvalidSettingsError as exc:
+        if exc.args and exc.args[0] == "backend":
+            pytest.skip("this runtime has no redis backend")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # the server says when it accepts connections
+            if "Ready to accept connections" in line:
+                break
+        else:
+            pytest.fail("redis-server exited before it accepted connections")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("where", "code"), REDIS_BLOCKS, ids=[where for where, _ in REDIS_BLOCKS])
+def test_runnable_redis_docs_block_runs(where: str, code: str, tmp_path: Path, redis_url: str) -> None:
+    _run_block(where, code, tmp_path, env={**os.environ, "REDIS_URL": redis_url})
 
 
 def test_every_how_to_runs_its_code_in_the_suite() -> None:
@@ -53,6 +102,7 @@ def test_every_how_to_runs_its_code_in_the_suite() -> None:
 
     untested = [page.name for page in guides
                 if not RUNNABLE.search(page.read_text(encoding="utf-8"))
+                and not RUNNABLE_ON_REDIS.search(page.read_text(encoding="utf-8"))
                 and not EXAMPLE_INCLUDE.search(page.read_text(encoding="utf-8"))]
 
     assert len(guides) >= 6
