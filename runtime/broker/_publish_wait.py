@@ -67,14 +67,15 @@ class PublishWaiting:
         """The server is closing: blocked publishes give up (`TopicClosedError`)."""
         self._stopping.set()
 
-    def _publish_rows(self, topic: Any, staged: list[Stamped]) -> None:
+    def _hand_over_rows(self, topic: Any, staged: list[Stamped]) -> tuple[list[Future[Sequence[str]]], int]:
+        """Dead-letter the rejected rows of a commit and tell the topic to publish the
+        rest; never blocks. Returns the futures of the publish and the rows told."""
         for message, error in (pair for part in staged for pair in part.rejected):
             dead_letter(topic, message, error)
         parts = [part.envelopes for part in staged if part.envelopes]
         envelopes = join_envelopes(parts) if parts else []
-        self._wait_published(topic, len(envelopes), [
-            topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
-            for i in range(0, len(envelopes), _PUBLISH_CHUNK)], keep_ids=False)
+        return [topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
+                for i in range(0, len(envelopes), _PUBLISH_CHUNK)], len(envelopes)
 
     def _publish_parts(
         self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],

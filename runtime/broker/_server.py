@@ -24,8 +24,9 @@ from typing import Any
 
 from runtime.broker._client import Address, authkey_bytes, parse_address
 from runtime.broker._protocol import wire_types
-from runtime.broker._service import BrokerService
+from runtime.broker._service import DEFAULT_PUBLISH_TIMEOUT, BrokerService
 from runtime.broker._session import Session
+from runtime.broker._staging import DEFAULT_LIMITS, StagingLimits
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
 
 __all__ = ["BusServer", "serve"]
@@ -62,6 +63,9 @@ class BusServer:
         idle_timeout: a session with no request for this long is ended (None: never).
         sweep_interval: seconds between lease/stage expiry sweeps.
         clock: the time source of leases and stages.
+        publish_timeout: bound of one remote publish or commit waiting on backpressure.
+        staging_limits: bounds of what peers may stage for Spark's sink (decoded bytes
+            per part and per producer; see `StagingLimits`).
 
     Raises:
         TypeError, ValueError: a bad key, ``allow`` entry or limit.
@@ -74,6 +78,7 @@ class BusServer:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL, clock: Callable[[], float] = time.monotonic,
+        publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT, staging_limits: StagingLimits = DEFAULT_LIMITS,
     ) -> None:
         if max_connections < 1 or max_frame_size < 1024:
             raise ValueError("max_connections must be >= 1 and max_frame_size >= 1024")
@@ -83,7 +88,8 @@ class BusServer:
         self._limits = (max_connections, max_frame_size, handshake_timeout)
         self._idle_timeout = idle_timeout
         self._registry = wire_types(allow)
-        self.service = BrokerService(bus, clock=clock)
+        self.service = BrokerService(
+            bus, publish_timeout=publish_timeout, staging_limits=staging_limits, clock=clock)
         self._listener = Listener(parse_address(address), backlog=_BACKLOG)
         self._lock = threading.Lock()
         self._closed = threading.Event()

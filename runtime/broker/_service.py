@@ -11,12 +11,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._publish_wait import PublishWaiting
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
-from runtime.broker._staging import StagingArea
+from runtime.broker._staging import DEFAULT_LIMITS, StagingArea, StagingLimits, settled_together
 from runtime.broker.lease._ipc import lease_ipc
 from runtime.broker.lease._log import LeaseLog
 from runtime.broker.lease._record import LeasedDelivery
@@ -48,6 +49,7 @@ class BrokerService(PublishWaiting):
     Args:
         bus: the served `Bus`.
         publish_timeout: bound of one batch publish (backpressure included).
+        staging_limits: bounds of what peers may stage (decoded bytes).
         clock: the time source of leases and stage expiry.
     """
 
@@ -56,6 +58,7 @@ class BrokerService(PublishWaiting):
         bus: Any,
         *,
         publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT,
+        staging_limits: StagingLimits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bus = bus
@@ -64,7 +67,8 @@ class BrokerService(PublishWaiting):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._leases: dict[LeaseKey, LeaseLog] = {}
-        self._staging: StagingArea[Stamped] = StagingArea(clock=clock)
+        self._staging_limits = staging_limits
+        self._staging: StagingArea[Stamped] = StagingArea(limits=staging_limits, clock=clock)
 
     def topic(self, name: str) -> Any:
         """The served topic ``name`` (raises `TopicNotFoundError`)."""
@@ -168,18 +172,28 @@ class BrokerService(PublishWaiting):
         """Stage one part of rows (a columns dict, or Arrow IPC bytes); False when that
         batch is already committed."""
         topic = self._bus.topic(name)  # unknown topic: fail the write task, not the commit
-        rows = (StagedRows.from_ipc(columns) if isinstance(columns, bytes)
-                else StagedRows.from_columns(columns))
+        rows = (StagedRows.from_ipc(columns, self._staging_limits.max_part_bytes)
+                if isinstance(columns, bytes) else StagedRows.from_columns(columns))
         # Accepted now, while Spark's tasks still run: the commit only fans them out.
         stamped = Stamped(topic._stamp_parts(rows.datas, rows.attributes, rows.keys), rows.rejected)
-        return self._staging.stage((name, producer), batch, part, stamped)
+        return self._staging.stage((name, producer), batch, part, stamped, rows.size)
 
     def commit(self, name: str, producer: str, batch: str, parts: list[Any]) -> bool:
-        """Publish the listed parts of (producer, batch) once; False when already done."""
+        """Publish the listed parts of (producer, batch) once; False when already done.
+
+        A commit that timed out leaves its rows in flight: a retry waits for them and
+        reports their outcome, it never publishes them again (`StagingArea.commit`).
+        """
         topic = self._bus.topic(name)
-        return self._staging.commit(
-            (name, producer), batch, parts, lambda staged: self._publish_rows(topic, staged)
-        )
+
+        def submit(staged: list[Stamped]) -> tuple[Future[Any], int]:
+            futures, count = self._hand_over_rows(topic, staged)
+            return settled_together(futures), count
+
+        def wait(outcome: Future[Any], count: int) -> None:
+            self._wait_published(topic, count, [outcome], keep_ids=False)
+
+        return self._staging.commit((name, producer), batch, parts, submit, wait)
 
     def abort(self, name: str, producer: str, batch: str) -> int:
         """Drop the stages of (producer, batch); returns the parts dropped."""

@@ -9,7 +9,8 @@ A Spark write task sends the same columns as one Arrow IPC stream instead (`from
 one ``bytes`` value on the wire, turned into lists in C loops; a binary ``key`` there
 becomes the runtime's ``str`` key by UTF-8 with ``surrogateescape``, which is lossless
 (``key.encode("utf-8", "surrogateescape")`` gives the bytes back) and keeps a UTF-8 key
-equal to its text.
+equal to its text. The stream comes from a peer: it is validated in full before any
+value is read (`_arrow_frame.read_batches`), and its decoded size is bounded.
 
 The rows are validated, converted and accepted by their topic (`Stamped`: ids and
 publish time) when they are staged, not when they are committed: staging runs while
@@ -23,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from runtime.broker._arrow_frame import ROW_COST, decoded_size, read_batches
+from runtime.broker._wire import NotTransferableError
 from runtime.core._message import Message, new_message
 
 __all__ = ["StagedRows", "Stamped"]
@@ -50,6 +53,7 @@ class StagedRows:
     attributes: list[dict[str, str] | None]  # None: none (no dict per row)
     keys: list[str | None]
     rejected: list[tuple[Message, str]]
+    size: int  # about how many bytes the rows hold (what staging limits count)
 
     @property
     def messages(self) -> list[Message]:
@@ -58,8 +62,9 @@ class StagedRows:
                 for data, attributes, key in zip(self.datas, self.attributes, self.keys, strict=True)]
 
     @classmethod
-    def from_columns(cls, columns: Mapping[str, Any]) -> StagedRows:
-        """Validate a wire ``columns`` dict and build its rows.
+    def from_columns(cls, columns: Mapping[str, Any], *, size: int | None = None) -> StagedRows:
+        """Validate a wire ``columns`` dict and build its rows; ``size`` is what they hold
+        (default: their payload bytes and `ROW_COST` per row).
 
         Raises:
             ValueError: unknown or missing columns, lengths differ, a payload that is
@@ -75,8 +80,10 @@ class StagedRows:
         key_list: list[str | None] = [key or None for key in keys] if keys else [None] * rows
         maps: list[dict[str, str] | None] = (
             [_text_map(pairs) for pairs in attributes] if attributes else [None] * rows)
+        if size is None:
+            size = sum(map(len, datas)) + ROW_COST * rows
         if not errors:
-            return cls(datas=datas, attributes=maps, keys=key_list, rejected=[])
+            return cls(datas=datas, attributes=maps, keys=key_list, rejected=[], size=size)
         failed = [i for i, error in enumerate(errors) if error is not None]
         ok = sorted(set(range(rows)) - set(failed))
         return cls(
@@ -84,22 +91,36 @@ class StagedRows:
             keys=[key_list[i] for i in ok],
             rejected=[(new_message(datas[i], maps[i] or {}, key_list[i]), str(errors[i]))
                       for i in failed],
+            size=size,
         )
 
     @classmethod
-    def from_ipc(cls, data: bytes) -> StagedRows:
-        """`from_columns` of the columns of an Arrow IPC stream (see the module).
+    def from_ipc(cls, data: bytes, max_bytes: int | None = None) -> StagedRows:
+        """`from_columns` of the columns of an Arrow IPC stream (see the module); its
+        ``size`` is `decoded_size`.
+
+        Nothing of ``data`` is read as a value before it is validated in full
+        (`read_batches`: schema, no dictionary or compression, offsets and lengths).
 
         Raises:
-            ValueError: not an Arrow IPC stream, or its columns are refused as in
-                `from_columns`.
+            NotTransferableError: not a valid Arrow IPC stream of the staged columns
+                (``payload`` binary or string; ``key`` string or binary; ``attributes``
+                map<string,string>; ``error`` string), or rows that decode to more than
+                ``max_bytes``; the text names the column, the check or the size.
+            ValueError: its columns are refused as in `from_columns`.
         """
         import pyarrow as pa
 
         try:
-            table = pa.ipc.open_stream(data).read_all()
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise ValueError(f"staged rows are not an Arrow IPC stream: {exc}") from exc
+            schema, batches = read_batches(data, _check_schema)
+        except ValueError as exc:
+            raise NotTransferableError("stage", f"its staged rows: {exc}") from None
+        size = sum(decoded_size(batch, ("attributes",)) for batch in batches)
+        if max_bytes is not None and size > max_bytes:
+            raise NotTransferableError(
+                "stage", f"its staged rows decode to about {size:,} bytes, over the limit "
+                f"of {max_bytes:,} bytes per part (stage fewer rows per call)")
+        table = pa.Table.from_batches(batches, schema)
         rows = table.num_rows
         # A column that is all null (a sink without keys or attributes: the usual case)
         # is absent: no list of Nones to build and then scan in Python per row.
@@ -113,10 +134,42 @@ class StagedRows:
         if "attributes" in columns:  # an Arrow map reads as a list of pairs
             columns["attributes"] = [None if pairs is None else dict(pairs)
                                      for pairs in columns["attributes"]]
-        return cls.from_columns(columns)
+        return cls.from_columns(columns, size=size)
 
     def __len__(self) -> int:
         return len(self.datas) + len(self.rejected)
+
+
+def _check_schema(schema: Any) -> None:
+    """Refuse a stream whose columns are not the staged ones, of their types.
+
+    Raises:
+        ValueError: a column unknown, repeated or of another type, or no ``payload``.
+    """
+    import pyarrow as pa
+
+    text, binary = (pa.types.is_string, pa.types.is_large_string), (
+        pa.types.is_binary, pa.types.is_large_binary)
+    kinds = {"payload": (*binary, *text), "key": (*text, *binary, pa.types.is_null),
+             "error": (*text, pa.types.is_null), "attributes": (_is_text_map, pa.types.is_null)}
+    names = list(schema.names)
+    if len(set(names)) != len(names) or "payload" not in names:
+        raise ValueError(f"columns must be {sorted(kinds)} with a payload, each once; got {names}")
+    for field in schema:
+        accepted = kinds.get(field.name)
+        if accepted is None:
+            raise ValueError(f"unknown column {field.name!r} (columns: {sorted(kinds)})")
+        if not any(accepts(field.type) for accepts in accepted):
+            raise ValueError(f"column {field.name!r} has type {field.type}, which is refused")
+
+
+def _is_text_map(kind: Any) -> bool:
+    import pyarrow as pa
+
+    def is_text(value: Any) -> bool:
+        return bool(pa.types.is_string(value) or pa.types.is_large_string(value))
+
+    return bool(pa.types.is_map(kind) and is_text(kind.key_type) and is_text(kind.item_type))
 
 
 def _payloads(values: Sequence[object]) -> list[bytes]:

@@ -10,13 +10,7 @@ from pyspark.sql.types import StructType
 from runtime.spark._arrow import SOURCE_SCHEMA, check_sink_schema
 from runtime.spark._batch_source import ActorbusBatchReader, batch_options
 from runtime.spark._listener import AckOnProgress
-from runtime.spark._options import (
-    SINK_OPTIONS,
-    SOURCE_OPTIONS,
-    SinkOptions,
-    SourceOptions,
-    refuse_unknown,
-)
+from runtime.spark._options import SinkOptions, SourceOptions
 from runtime.spark._sink import ActorbusBatchWriter, ActorbusStreamWriter
 from runtime.spark._source import ActorbusStreamReader
 
@@ -24,7 +18,15 @@ __all__ = ["ActorbusDataSource", "register"]
 
 
 class ActorbusDataSource(DataSource):
-    """``format("actorbus")``: read a group as a stream, write rows to a topic."""
+    """``format("actorbus")``: read a group as a stream, write rows to a topic.
+
+    Every option is checked on the driver by the first call Spark makes, before
+    anything connects (`check_options`): ``schema()`` at a read's ``load()``,
+    ``writer()`` at ``save()``, ``streamWriter()`` in a streaming query's first step
+    (PySpark calls nothing of a sink at ``start()``). A bad option is an
+    `InvalidSettingsError` naming the option and its value; an unknown one lists the
+    known ones of that side.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -32,8 +34,8 @@ class ActorbusDataSource(DataSource):
         return "actorbus"
 
     def schema(self) -> str:
-        """The source's columns; refuses options neither side knows (at ``load()``)."""
-        refuse_unknown(self.options, SOURCE_OPTIONS | SINK_OPTIONS, "format")
+        """The source's columns; refuses the sink's options (at ``load()``)."""
+        SourceOptions.parse(self.options)
         return SOURCE_SCHEMA
 
     def reader(self, schema: StructType) -> ActorbusBatchReader:

@@ -11,8 +11,8 @@ out, so a late or repeated event acks nothing twice and nothing unread.
 
 The listener sees the progress of every query of the session, once per micro-batch.
 PySpark's own callback converts each event whole into Python objects, one py4j round
-trip per field (~0.17 s of the driver per event in a py-spy profile on a 2-vCPU host);
-this one reads only the sources' end offsets off the Java event (a few calls per source).
+trip per field, on the driver; this one reads only the sources' end offsets off the Java
+event (a few calls per source).
 """
 
 from __future__ import annotations

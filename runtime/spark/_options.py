@@ -8,13 +8,19 @@ so keys never sit in query plans or logs.
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.broker._client import Address, Channel, parse_address
+from runtime.errors import InvalidSettingsError
 
-__all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS", "SinkOptions", "SourceOptions", "read_authkey", "refuse_unknown"]
+__all__ = [
+    "SINK_OPTIONS", "SOURCE_OPTIONS", "SinkOptions", "SourceOptions", "check_options", "read_authkey",
+    "refuse_unknown",
+]
 
 # Equal to a topic's default ack_timeout: a lease never outlives its deliveries' deadline
 # on a topic with default settings.
@@ -52,52 +58,101 @@ def refuse_unknown(options: Mapping[str, str], known: frozenset[str], what: str)
     """Refuse an option the format does not know (a typo would otherwise do nothing).
 
     Raises:
-        ValueError: naming the unknown options and the known ones.
+        InvalidSettingsError: naming the unknown options and the known ones.
     """
     unknown = sorted(k for k in options if k.lower() not in known | _SPARK_OPTIONS)
     if unknown:
-        raise ValueError(f"actorbus {what}: unknown option(s) {', '.join(map(repr, unknown))}; "
-                         f"known: {', '.join(sorted(known))}")
+        raise InvalidSettingsError(", ".join(unknown), (
+            f"unknown option of the actorbus {what} (options are case-insensitive); "
+            f"known: {', '.join(sorted(known))}"))
 
 
-def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name)
-    if raw is None or raw == "":
-        return default
-    value = str(raw).strip().lower()
+def check_options(
+    options: Mapping[str, str], known: frozenset[str] = SOURCE_OPTIONS | SINK_OPTIONS,
+    what: str = "format",
+) -> dict[str, Any]:
+    """Check every option Spark passed, before anything connects: unknown ones are
+    refused, each value is parsed by its option's rule, the endpoint's are required.
+
+    Returns the parsed values by lower-case name (an empty value is absent: the default).
+
+    Raises:
+        InvalidSettingsError: naming the option and the value (a `ValueError`).
+    """
+    refuse_unknown(options, known, what)
+    values: dict[str, Any] = {}
+    for name, raw in options.items():
+        key = name.lower()
+        if key in _SPARK_OPTIONS or raw is None or str(raw) == "":
+            continue
+        values[key] = _RULES[key](key, str(raw))
+    for key in sorted(_ENDPOINT_OPTIONS - set(values)):
+        raise InvalidSettingsError(key, f"the actorbus {what} requires this option")
+    return values
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _address(name: str, raw: str) -> Address:
+    try:
+        return parse_address(raw)
+    except ValueError:
+        raise InvalidSettingsError(name, f"must be 'host:port', got {raw!r}") from None
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
     if value not in ("true", "false"):
-        raise ValueError(f"actorbus: option {name!r} must be 'true' or 'false', got {raw!r}")
+        raise InvalidSettingsError(name, f"must be 'true' or 'false', got {raw!r}")
     return value == "true"
 
 
-def _starting_position(options: Mapping[str, str]) -> str:
-    value = str(options.get("starting_position") or "acked").strip().lower()
+def _starting_position(name: str, raw: str) -> str:
+    value = raw.strip().lower()
     if value == "latest":
-        raise ValueError(
-            "actorbus: starting_position 'latest' is not offered: a group keeps no copy of "
-            "what it holds, so skipping its backlog would drop those messages; read them, or "
-            "drain them with another consumer first")
+        raise InvalidSettingsError(name, (
+            "'latest' is not offered: a group keeps no copy of what it holds, so skipping "
+            "its backlog would drop those messages; read them, or drain them with another "
+            "consumer first"))
     if value not in STARTING_POSITIONS:
-        raise ValueError(f"actorbus: option 'starting_position' must be one of "
-                         f"{', '.join(STARTING_POSITIONS)}, got {options.get('starting_position')!r}")
+        raise InvalidSettingsError(
+            name, f"must be one of {', '.join(STARTING_POSITIONS)}, got {raw!r}")
     return value
 
 
-def _required(options: Mapping[str, str], name: str) -> str:
-    value = options.get(name)
-    if not value:
-        raise ValueError(f"actorbus: option {name!r} is required")
-    return str(value)
-
-
-def _positive(options: Mapping[str, str], name: str, default: float | None) -> float | None:
-    raw = options.get(name)
-    if raw is None or raw == "":
-        return default
-    value = float(raw)
+def _count(name: str, raw: str) -> int:
+    """A whole number > 0."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidSettingsError(name, f"must be a whole number > 0, got {raw!r}") from None
     if value <= 0:
-        raise ValueError(f"actorbus: option {name!r} must be > 0, got {raw!r}")
+        raise InvalidSettingsError(name, f"must be > 0, got {raw!r}")
     return value
+
+
+def _seconds(name: str, raw: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise InvalidSettingsError(name, f"must be a number of seconds > 0, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidSettingsError(name, f"must be > 0 and finite, got {raw!r}")
+    return value
+
+
+_RULES: dict[str, Callable[[str, str], object]] = {
+    "address": _address, "authkey_env": _text, "topic": _text,
+    "group": _text, "consumer": _text, "max_messages_per_batch": _count,
+    "min_messages_per_batch": _count, "partitions": _count, "lease_seconds": _seconds,
+    "max_trigger_delay": _seconds, "fail_on_data_loss": _flag,
+    "starting_position": _starting_position,
+    "producer_id": _text, "batch_id": _text, "error_column": _text,
+}
+assert set(_RULES) == SOURCE_OPTIONS | SINK_OPTIONS  # every option has its rule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,30 +181,26 @@ class SourceOptions(_Endpoint):
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """Validate Spark's option strings.
+        """Validate Spark's option strings (`check_options` of the source's).
 
         Raises:
-            ValueError: an unknown option, a required option is missing, or a value is
-                out of range.
+            InvalidSettingsError: an unknown option, a required option is missing, or
+                a value is malformed or out of range (named, with the value).
         """
-        refuse_unknown(options, SOURCE_OPTIONS, "source")
-        group = options.get("group") or "spark"
-        limit = _positive(options, "max_messages_per_batch", None)
-        least = _positive(options, "min_messages_per_batch", None)
-        _starting_position(options)
+        values = check_options(options, SOURCE_OPTIONS, "source")
+        group = str(values.get("group", "spark"))
         return cls(
-            address=parse_address(_required(options, "address")),
-            authkey_env=_required(options, "authkey_env"),
-            topic=_required(options, "topic"),
+            address=values["address"],  # parsed by its rule, as every value here
+            authkey_env=str(values["authkey_env"]),
+            topic=str(values["topic"]),
             group=group,
-            consumer=options.get("consumer") or group,
-            max_messages_per_batch=None if limit is None else int(limit),
-            lease_seconds=_positive(options, "lease_seconds", DEFAULT_LEASE_SECONDS) or 0.0,
-            partitions=int(_positive(options, "partitions", DEFAULT_PARTITIONS) or 1),
-            fail_on_data_loss=_flag(options, "fail_on_data_loss", True),
-            min_messages_per_batch=None if least is None else int(least),
-            max_trigger_delay=_positive(options, "max_trigger_delay", DEFAULT_MAX_TRIGGER_DELAY)
-            or DEFAULT_MAX_TRIGGER_DELAY,
+            consumer=str(values.get("consumer", group)),
+            max_messages_per_batch=values.get("max_messages_per_batch"),
+            lease_seconds=float(values.get("lease_seconds", DEFAULT_LEASE_SECONDS)),
+            partitions=int(values.get("partitions", DEFAULT_PARTITIONS)),
+            fail_on_data_loss=bool(values.get("fail_on_data_loss", True)),
+            min_messages_per_batch=values.get("min_messages_per_batch"),
+            max_trigger_delay=float(values.get("max_trigger_delay", DEFAULT_MAX_TRIGGER_DELAY)),
         )
 
     @property
@@ -168,17 +219,22 @@ class SinkOptions(_Endpoint):
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        """Validate Spark's option strings.
+        """Validate Spark's option strings (`check_options` of the sink's).
 
         Raises:
-            ValueError: an unknown option, or a required option is missing.
+            InvalidSettingsError: an unknown option, or a required option is missing.
         """
-        refuse_unknown(options, SINK_OPTIONS, "sink")
+        values = check_options(options, SINK_OPTIONS, "sink")
         return cls(
-            address=parse_address(_required(options, "address")),
-            authkey_env=_required(options, "authkey_env"),
-            topic=_required(options, "topic"),
-            producer_id=options.get("producer_id") or None,
-            batch_id=options.get("batch_id") or None,
-            error_column=options.get("error_column") or None,
+            address=values["address"],
+            authkey_env=str(values["authkey_env"]),
+            topic=str(values["topic"]),
+            producer_id=_optional(values, "producer_id"),
+            batch_id=_optional(values, "batch_id"),
+            error_column=_optional(values, "error_column"),
         )
+
+
+def _optional(values: Mapping[str, Any], name: str) -> str | None:
+    value = values.get(name)
+    return None if value is None else str(value)

@@ -17,10 +17,14 @@ Invariants:
 - what a hand-over brings past the batch asked for stays *spare*: no offset, not leased;
   a release gives it back to the group at the same attempt;
 - every call from the consumer is a heartbeat; ``lease_seconds`` without one releases
-  every held record back to the group (nack ``"lease expired"``: redelivered with
-  ``attempt + 1`` while the topic's attempts remain) and leaves the group, so the
-  messages reach another member. Offsets of released records then hold nothing, and
-  the log remembers them as *released* (their messages are back in the group);
+  every held record back to the group and leaves it, so the messages reach another
+  member. A record a fetch served (the consumer may have worked on it) is nacked
+  ``"lease expired"``: redelivered with ``attempt + 1`` while the topic's attempts
+  remain, else dead-lettered. A record no fetch served goes back at the attempt it
+  had, like a spare: nobody read it, so no attempt is counted (with the default
+  ``max_delivery_attempts=1`` it would be dead-lettered unread). Offsets of released
+  records then hold nothing, and the log remembers them as *released* (their messages
+  are back in the group);
 - offsets below ``position`` that were not released were acked, and offsets the log
   never assigned (a broker restart, a checkpoint from elsewhere) are *missing*: a
   replay of them cannot return their messages (`missing` counts them);
@@ -108,6 +112,9 @@ class LeaseLog:
         self._spares: list[Piece] = []  # received past the batch asked for: no offsets
         # [start, end) ranges whose records went back to the group, oldest first.
         self._released: list[tuple[int, int]] = []
+        # [start, end) ranges of held offsets a fetch served: sorted, disjoint, at or
+        # above _base (what a release nacks; the rest goes back without an attempt).
+        self._read: list[tuple[int, int]] = []
         self._deadline = clock() + lease_seconds
 
     @property
@@ -210,6 +217,8 @@ class LeaseLog:
                 end_row = cut(self._columns.payload, first, last, max_bytes)
                 if end_row < last:
                     last, end = end_row, self._base + end_row
+            if last > first:
+                self._mark_read(self._base + first, self._base + last)
             return self._columns.slice(first, last), end
 
     def ack(self, offset: int) -> tuple[int, int]:
@@ -275,6 +284,18 @@ class LeaseLog:
         for column in (*self._columns, self._owners, self._indexes):
             del column[:count]
         self._base += count
+        if self._read and self._read[0][0] < self._base:
+            base = self._base
+            self._read = [(max(start, base), end) for start, end in self._read if end > base]
+
+    def _mark_read(self, start: int, end: int) -> None:
+        merged: list[tuple[int, int]] = []
+        for first, last in sorted([*self._read, (start, end)]):
+            if merged and first <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+            else:
+                merged.append((first, last))
+        self._read = merged
 
     def _jump_to(self, start: int) -> None:
         # The consumer's checkpoint is ahead of this log (e.g. the broker restarted): a
@@ -306,10 +327,11 @@ class LeaseLog:
         owners, indexes = self._owners, self._indexes
         spares, self._spares = self._spares, []
         count = len(owners)
-        self._owners, self._indexes = [], []
+        read = [(start - self._base, end - self._base) for start, end in self._read]
+        self._owners, self._indexes, self._read = [], [], []
         self._columns = LeaseColumns([], [], [], [], [], [])
         if count:
             self._released.append((self._base, self._base + count))
             del self._released[:-_RELEASED_RANGES]
         self._base += count
-        return release_held(source, owners, indexes, spares)
+        return release_held(source, owners, indexes, spares, read)

@@ -71,7 +71,8 @@ def encode_payload(message: object) -> bytes:
     """The payload bytes of ``message``.
 
     Raises:
-        PayloadError: the message is not bytes, str, a `Message` or JSON-encodable.
+        PayloadError: the message is not bytes, str, a `Message` or JSON-encodable
+            (whatever the JSON encoder raised, a `RecursionError` for deep nesting too).
     """
     if isinstance(message, Message):
         return bytes(message.data)
@@ -81,7 +82,8 @@ def encode_payload(message: object) -> bytes:
         return message.encode()
     try:
         return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # TypeError, ValueError, RecursionError (deep nesting), ...:
+        # whatever the encoder raises, this message alone cannot be a row.
         raise PayloadError(
             f"cannot encode a {type(message).__qualname__} message as a payload: {exc}"
         ) from exc

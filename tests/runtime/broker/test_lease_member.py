@@ -43,11 +43,14 @@ def test_acks_settle_whole_hand_overs_and_the_one_an_ack_cuts() -> None:
 
 
 def test_what_a_hand_over_brings_past_the_batch_goes_back_at_its_attempt() -> None:
+    # Of the five leased, three were read (attempt + 1); the two unread ones and the
+    # spares of the hand-over go back at their attempt.
     with Bus() as bus:
         topic = _topic(bus, 50, attempts=2)
         log = _log(topic, window=16)
 
         end = log.latest(0, 5)  # the first hand-over holds more than five
+        log.fetch(0, 3)
         released = log.close()
         reader = topic.subscription(group="spark", prefetch=64)
         deliveries: list[Any] = []
@@ -62,9 +65,39 @@ def test_what_a_hand_over_brings_past_the_batch_goes_back_at_its_attempt() -> No
 
     assert (end, released) == (5, 5)
     assert sorted(attempts) == [b"%03d" % i for i in range(50)]  # nothing lost, no copy
-    assert sorted(k for k, a in attempts.items() if a == 2) == [b"%03d" % i for i in range(5)]
-    assert sum(a == 1 for a in attempts.values()) == 45
-    assert (stats.delivered, stats.pending, stats.dead_lettered, stats.redelivered) == (50, 0, 0, 5)
+    assert sorted(k for k, a in attempts.items() if a == 2) == [b"%03d" % i for i in range(3)]
+    assert sum(a == 1 for a in attempts.values()) == 47
+    assert (stats.delivered, stats.pending, stats.dead_lettered, stats.redelivered) == (50, 0, 0, 3)
+
+
+def test_leases_nobody_read_go_back_without_an_attempt() -> None:
+    with Bus() as bus:
+        topic = _topic(bus, 40)  # max_delivery_attempts=1: an attempt counted dead-letters
+        log = _log(topic, window=16)
+
+        end = log.latest(0, 40)
+        log.fetch(10, 12)
+        log.fetch(30, 31)
+        log.ack_range(20, 22)
+        released = log.close()
+        topic._sync()
+        letters = sorted(d.message.data for d in topic.dead_letters)
+        reader = topic.subscription(group="spark", prefetch=64)
+        deliveries: list[Any] = []
+        while len(deliveries) < 35:
+            deliveries += reader.receive_many(35 - len(deliveries), timeout=10)
+        for delivery in deliveries:
+            delivery.ack()
+        topic._sync()
+        stats = topic.stats()
+        reader.unsubscribe()
+
+    assert (end, released) == (40, 38)
+    assert letters == [b"010", b"011", b"030"]
+    assert sorted(d.message.data for d in deliveries) == [
+        b"%03d" % i for i in range(40) if i not in (10, 11, 20, 21, 30)]
+    assert {d.attempt for d in deliveries} == {1}
+    assert (stats.delivered, stats.dead_lettered, stats.pending, stats.redelivered) == (37, 3, 0, 0)
 
 
 def test_an_unencodable_message_of_a_hand_over_is_dead_lettered_alone() -> None:
@@ -102,6 +135,7 @@ def test_released_leases_are_nacked_in_bulk_and_dead_lettered_in_order() -> None
         topic._ledger.settle = counted
         log = _log(topic, window=16)
         end = log.latest(0, 40)  # three hand-overs of at most 16
+        log.fetch(0, end)  # read: the release counts an attempt
         released = log.close()
         topic._sync()
         stats = topic.stats()

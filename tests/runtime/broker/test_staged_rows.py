@@ -50,3 +50,27 @@ def test_rows_with_an_error_are_rejected_with_their_text() -> None:
 def test_bad_columns_are_refused(columns: dict[str, list[object]]) -> None:
     with pytest.raises(ValueError):
         StagedRows.from_columns(columns)
+
+
+def test_rows_know_about_what_they_hold_decoded() -> None:
+    from runtime.broker._arrow_frame import ROW_COST
+
+    rows = StagedRows.from_columns({"payload": [b"abc", "de", b""], "error": [None, "x", None]})
+
+    assert rows.size == 5 + 3 * ROW_COST
+
+
+def test_an_arrow_part_is_refused_past_its_decoded_size_before_it_is_decoded() -> None:
+    import pyarrow as pa
+
+    from runtime.broker._wire import NotTransferableError
+
+    batch = pa.RecordBatch.from_pydict({"payload": pa.array([b""] * 10_000, pa.binary())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    frame = sink.getvalue().to_pybytes()
+
+    with pytest.raises(NotTransferableError, match=r"about 1,0\d\d,\d\d\d bytes, over the limit of 100,000"):
+        StagedRows.from_ipc(frame, max_bytes=100_000)
+    assert len(StagedRows.from_ipc(frame)) == 10_000

@@ -9,6 +9,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
 from runtime.broker._staged_rows import StagedRows  # noqa: E402
+from runtime.broker._wire import NotTransferableError  # noqa: E402
 from runtime.spark._arrow import sink_batch, sink_ipc  # noqa: E402
 
 MAP = pa.map_(pa.string(), pa.string())
@@ -75,7 +76,7 @@ def test_a_staged_part_crosses_as_arrow_and_becomes_the_same_messages() -> None:
 
 
 def test_bytes_that_are_not_arrow_are_refused_at_staging() -> None:
-    with pytest.raises(ValueError, match="not an Arrow IPC stream"):
+    with pytest.raises(NotTransferableError, match="not a valid Arrow IPC stream"):
         StagedRows.from_ipc(b"garbage")
 
 

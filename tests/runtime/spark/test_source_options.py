@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,8 @@ pytest.importorskip("pyspark")
 
 from runtime import Bus, Message  # noqa: E402
 from runtime.broker._server import BusServer, serve  # noqa: E402
-from runtime.spark._options import SourceOptions  # noqa: E402
+from runtime.errors import InvalidSettingsError  # noqa: E402
+from runtime.spark._options import SinkOptions, SourceOptions  # noqa: E402
 from runtime.spark._source import ActorbusStreamReader  # noqa: E402
 
 
@@ -24,7 +26,7 @@ def server() -> Iterator[tuple[Bus, BusServer]]:
 
 
 def parse(**extra: Any) -> SourceOptions:
-    return SourceOptions.parse(options(("127.0.0.1", 1), topic="t", **extra))
+    return SourceOptions.parse({**options(("127.0.0.1", 1), topic="t"), **extra})
 
 
 @pytest.mark.parametrize(("extra", "text"), [
@@ -37,6 +39,37 @@ def parse(**extra: Any) -> SourceOptions:
 def test_bad_options_are_refused_with_their_name(extra: dict[str, str], text: str) -> None:
     with pytest.raises(ValueError, match=text):
         parse(**extra)
+
+
+@pytest.mark.parametrize(("extra", "setting", "text"), [
+    ({"partitions": "abc"}, "partitions", "must be a whole number > 0, got 'abc'"),
+    ({"partitions": "2.5"}, "partitions", "got '2.5'"),
+    ({"max_messages_per_batch": "-3"}, "max_messages_per_batch", "must be > 0, got '-3'"),
+    ({"lease_seconds": "nan"}, "lease_seconds", "finite, got 'nan'"),
+    ({"max_trigger_delay": "inf"}, "max_trigger_delay", "finite, got 'inf'"),
+    ({"lease_seconds": "soon"}, "lease_seconds", "seconds > 0, got 'soon'"),
+    ({"address": "nowhere"}, "address", "must be 'host:port', got 'nowhere'"),
+    ({"address": "h:port"}, "address", "got 'h:port'"),
+    ({"producer_id": "p"}, "producer_id", "unknown option of the actorbus source"),
+    ({"topic": ""}, "topic", "requires this option"),
+])
+def test_each_bad_option_is_named_with_its_value(
+    extra: dict[str, str], setting: str, text: str,
+) -> None:
+    with pytest.raises(InvalidSettingsError, match=re.escape(text)) as refused:
+        parse(**extra)
+
+    assert refused.value.setting == setting
+    assert isinstance(refused.value, ValueError)
+
+
+def test_an_unknown_option_lists_the_known_ones() -> None:
+    with pytest.raises(InvalidSettingsError) as refused:
+        SinkOptions.parse(options(("127.0.0.1", 1), topic="t", partitions="2"))
+
+    assert refused.value.setting == "partitions"
+    assert str(refused.value).endswith(
+        "known: address, authkey_env, batch_id, error_column, producer_id, topic")
 
 
 def test_defaults() -> None:
