@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections import deque
 from collections.abc import Callable
 
 from runtime.core.settlement._delivery import HandOver
@@ -17,11 +17,12 @@ _RENEW_SHARE = 0.75
 class Deadlines:
     """Hand-over deadlines, oldest first. Not thread-safe: the ledger's lock guards it.
 
-    Deadlines are registered with a monotonic clock and one fixed timeout, so they only
-    grow: a FIFO is a priority queue here. A hand-over settled early stays in the FIFO
-    until it reaches the head; the ledger's ``live`` map tells which ones still count.
-    A renewed hand-over gets a second, later entry; its first one is skipped at the head
-    because ``handover.deadline`` no longer matches it.
+    Deadlines wait in a heap, soonest first. A hand-over settled early stays in it until
+    it reaches the top; the ledger's ``live`` map tells which ones still count. A
+    renewed hand-over gets a second entry; its first one is skipped at the top because
+    ``handover.deadline`` no longer matches it. A hand-over to a worker process counts
+    from when the worker started it (`HandOver.running_for`): one whose worker has not
+    started it is not expired but given a new deadline.
 
     Args:
         ack_timeout: seconds from hand-over to deadline (None: hand-overs have none).
@@ -32,7 +33,7 @@ class Deadlines:
                  ) -> None:
         self._ack_timeout = ack_timeout
         self._clock = clock
-        self._queue: deque[tuple[float, int]] = deque()
+        self._queue: list[tuple[float, int]] = []
         self._wake_at: float | None = None
 
     def add(self, handover: HandOver) -> float | None:
@@ -63,7 +64,7 @@ class Deadlines:
         """Queue ``handover``'s deadline, ``timeout`` from now, and its renewal time."""
         handover.deadline = when = self._clock() + timeout
         handover.renew_at = when - _RENEW_SHARE * timeout
-        self._queue.append((when, handover.id))
+        heapq.heappush(self._queue, (when, handover.id))
         return when
 
     def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:
@@ -73,14 +74,23 @@ class Deadlines:
         """
         self._wake_at = None
         now, queue, expired = self._clock(), self._queue, []
+        timeout = self._ack_timeout or 0.0  # set: only then are deadlines queued
+        postponed: list[tuple[HandOver, float]] = []
         while queue:
             when, hid = queue[0]
             handover = live.get(hid)
             if handover is not None and when > now:
                 break
-            queue.popleft()
-            if handover is not None and handover.deadline <= when:  # else renewed since
+            heapq.heappop(queue)
+            if handover is None or handover.deadline > when:  # settled, or renewed since
+                continue
+            ran = handover.running_for()
+            if ran < timeout:  # its worker started it late, or has not yet
+                postponed.append((handover, timeout - max(ran, 0.0)))
+            else:
                 expired.append(handover)
+        for handover, left in postponed:  # after the loop: one entry each per call
+            self._set(handover, left)
         return expired
 
     def rearm(self) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from runtime.core._envelope import ATTRIBUTES, KEY, TOPIC, Envelope, message_id, message_of
@@ -46,7 +47,7 @@ class HandOver:
 
     __slots__ = (
         "buffer", "deadline", "group", "id", "live", "nacked", "owner", "pending", "renew_at",
-        "sink", "subscriber_id",
+        "sink", "started", "subscriber_id",
     )
 
     def __init__(self, sink: Sink | None, subscriber_id: int, group: str | None) -> None:
@@ -61,6 +62,15 @@ class HandOver:
         self.deadline = 0.0
         self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
         self.nacked = False
+        # Seconds its worker process has been running it (-inf: not started yet), for a
+        # hand-over to a process member; None: its deadline runs from the hand-over.
+        self.started: Callable[[], float] | None = None
+
+    def running_for(self) -> float:
+        """Seconds since its subscriber started it: ``inf`` (long enough for any
+        deadline) unless a worker process reports its start (``-inf``: not yet)."""
+        started = self.started
+        return _NEVER if started is None else started()
 
     def open_buffer(self) -> list[Delivery[Any]]:
         """Start collecting this thread's settlements; returns the buffer."""
@@ -271,6 +281,31 @@ class Delivery(Generic[T]):
             if cause is not None:
                 self._cause = cause
             self._send()
+
+    def _settle_acked(self) -> bool:
+        """Claim and ack for a subscriber that reported the ack (a worker process); the
+        caller sends it on. False when something settled it first."""
+        if not self._claim():
+            return False
+        self._state = ACKED
+        return True
+
+    def _settle_failed(
+        self, reason: str, error: str | None, cause: tuple[str, str] | None = None,
+    ) -> bool:
+        """Claim and nack with ``reason`` (and a handler's ``cause``); the caller sends it
+        on. False when something settled it first."""
+        if not self._claim():
+            return False
+        self._set_nacked(reason, error)
+        if cause is not None:
+            self._cause = cause
+        return True
+
+    def _withdraw(self) -> bool:
+        """Claim it to hand its message back to the group unsettled (its subscriber never
+        ran it): nothing is counted. False when something settled it first."""
+        return self._claim()
 
     def _expire(self, reason: str) -> bool:
         """Claim for a sweep (``"timeout"`` or ``"closed"``); False when already settled."""

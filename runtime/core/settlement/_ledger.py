@@ -141,6 +141,14 @@ class Ledger(Admission, Burial):
             if handover.live:
                 deadlines.extend(handover)
 
+    def release(self, handover: HandOver) -> None:
+        """Forget ``handover`` once nothing of it is pending: its subscriber gave its
+        messages back unsettled (they stay pending as messages, in their group)."""
+        with self._lock:
+            if handover.live and handover.settled():
+                handover.live = False
+                del self._live[handover.id]
+
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""
         effects: list[Effect] = []

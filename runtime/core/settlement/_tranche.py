@@ -37,7 +37,7 @@ class Tranche(HandOver):
         attempts: each message's attempt number (None: all first attempts).
     """
 
-    __slots__ = ("_built", "_lock", "_whole", "attempts", "envelopes")
+    __slots__ = ("_built", "_lock", "_whole", "attempts", "envelopes", "number")
 
     def __init__(
         self, sink: Sink | None, subscriber_id: int, group: str | None,
@@ -46,6 +46,7 @@ class Tranche(HandOver):
         super().__init__(sink, subscriber_id, group)
         self.envelopes = envelopes
         self.attempts = attempts
+        self.number = 0  # its place among its worker's hand-overs (a process member's)
         self._whole: dict[int, bool] = {0: True}  # the token: popped once, atomically
         self._built: list[Delivery[Any]] = []
         self._lock = threading.Lock()  # lets a losing `unpack` wait for the builder

@@ -231,6 +231,7 @@ class GroupActor(Backlog, Actor):
             self._tracker, member.subscriber_id, self._name, envelopes, attempts,
             whole=member.tranches,
         )
+        member.prepare(handover)
         if not self._ledger.register(handover):
             self._ledger.settle(claim_all(handover, "closed"))
             return len(envelopes)

@@ -12,6 +12,7 @@ from typing import Any
 from actors import Actor, Ref
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._group_mail import Credit
+from runtime.core.subscribers._progress import SlotWriter
 
 __all__ = ["MemberActor", "Seat", "ThreadEndpoint", "run_handler"]
 
@@ -32,6 +33,7 @@ Renew = Callable[[HandOver], None]
 def run_handler(
     handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
     *, renew: Renew | None = None, catch: type[BaseException] = Exception, log: bool = True,
+    progress: SlotWriter | None = None,
 ) -> None:
     """Call ``handler`` on each still-pending delivery, then send the settlements as one.
 
@@ -43,11 +45,12 @@ def run_handler(
     are skipped. ``renew(handover)`` runs before a handler call once the hand-over's
     ``renew_at`` passed (a clock read per message, no call): it extends the
     hand-over's ack deadline while the handler works through it, so deliveries waiting
-    behind slow ones are not expired unseen.
+    behind slow ones are not expired unseen. A worker process passes its ``progress``
+    slot, where the index of each delivery is written before its handler call.
     """
     buffer = handover.open_buffer()
     try:
-        _run_each(handler, auto_ack, handover, deliveries, buffer, renew, catch, log)
+        _run_each(handler, auto_ack, handover, deliveries, buffer, renew, catch, log, progress)
     finally:
         settled = handover.close_buffer()
         if settled and handover.sink is not None:
@@ -57,6 +60,7 @@ def run_handler(
 def _run_each(
     handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
     buffer: list[Delivery[Any]], renew: Renew | None, catch: type[BaseException], log: bool,
+    progress: SlotWriter | None,
 ) -> None:
     """`run_handler`'s loop. A worker's pending deliveries are a lease (a dict with a
     ``deadline``, see `_work_batch._Lease`): its clock is read here, inline, and the
@@ -75,6 +79,8 @@ def _run_each(
     pending = handover.pending
     expires: float | None = getattr(pending, "deadline", None)
     now = 0.0 if expires is None else _monotonic()  # read once per message
+    words = None if progress is None else progress.words
+    at = 0 if progress is None else progress.index_at
     for delivery in deliveries:
         index = delivery._index
         if expires is not None:
@@ -83,6 +89,8 @@ def _run_each(
                 return
         elif not _has(pending, index):
             continue
+        if words is not None:  # a worker process: the parent reads it if we die
+            words[at] = index
         if renew is not None and _monotonic() > handover.renew_at:  # `Deadlines.due`
             renew(handover)
         try:
@@ -188,6 +196,9 @@ class ThreadEndpoint:
     def left(self, unsettled: int) -> int:
         """All of them: a thread's handler time is not measured."""
         return unsettled
+
+    def prepare(self, handover: HandOver) -> None:
+        """Nothing to do: its deadline runs from the hand-over."""
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Tell the member the batch (never blocks)."""

@@ -39,6 +39,9 @@ class PullEndpoint:
         self._changed = threading.Condition(threading.Lock())
         self._closed = False
 
+    def prepare(self, handover: HandOver) -> None:
+        """Nothing to do: its deadline runs from the hand-over."""
+
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Buffer a batch (called on the group's thread)."""
         with self._changed:
