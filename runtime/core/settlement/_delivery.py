@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -35,7 +36,8 @@ class HandOver:
     ``pending.pop(index, None)``: one atomic dict operation, so the subscriber's ack,
     the deadline sweep and the close sweep race safely and exactly one of them wins.
     While ``owner`` (a thread id) runs the handler, its settlements collect in
-    ``buffer`` and leave as one message; settlements from other threads go alone.
+    ``buffer`` (a deque: the owner appends, `flush_buffer` may pop from another thread)
+    and leave in few messages; settlements from other threads go alone.
     ``nacked`` turns True when one of its deliveries is nacked (before that delivery
     goes anywhere): with it a worker knows a batch was all acked without a pass.
 
@@ -55,7 +57,7 @@ class HandOver:
         self.subscriber_id = subscriber_id
         self.group = group
         self.pending: dict[int, Delivery[Any]] = {}
-        self.buffer: list[Delivery[Any]] | None = None
+        self.buffer: deque[Delivery[Any]] | None = None
         self.owner = 0
         self.id = 0
         self.live = False
@@ -72,18 +74,27 @@ class HandOver:
         started = self.started
         return _NEVER if started is None else started()
 
-    def open_buffer(self) -> list[Delivery[Any]]:
+    def open_buffer(self) -> deque[Delivery[Any]]:
         """Start collecting this thread's settlements; returns the buffer."""
         self.owner = _get_ident()
-        buffer: list[Delivery[Any]] = []
+        buffer: deque[Delivery[Any]] = deque()
         self.buffer = buffer
         return buffer
 
     def close_buffer(self) -> list[Delivery[Any]]:
-        """Stop collecting; later settlements go to the sink one by one."""
-        buffer = self.buffer or []
+        """Stop collecting; returns what is left in the buffer. Later settlements go to
+        the sink one by one."""
+        buffer = self.buffer
         self.buffer = None
-        return buffer
+        return [] if buffer is None else _drain(buffer)
+
+    def flush_buffer(self) -> None:
+        """Send what the buffer holds now (from any thread; the owner keeps collecting)."""
+        buffer = self.buffer
+        if buffer:
+            settled = _drain(buffer)
+            if settled and self.sink is not None:
+                self.sink.tell(settled)
 
     def settled(self) -> bool:
         """True when nothing of it is pending any more."""
@@ -92,6 +103,16 @@ class HandOver:
     def unsettled(self) -> dict[int, Delivery[Any]]:
         """The deliveries nothing has claimed yet, by index."""
         return self.pending
+
+
+def _drain(buffer: deque[Delivery[Any]]) -> list[Delivery[Any]]:
+    """Pop everything ``buffer`` holds now; each item goes to exactly one caller."""
+    out: list[Delivery[Any]] = []
+    try:
+        while True:
+            out.append(buffer.popleft())
+    except IndexError:
+        return out
 
 
 class Delivery(Generic[T]):

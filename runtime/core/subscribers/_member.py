@@ -6,11 +6,13 @@ import logging
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from actors import Actor, Ref
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
+from runtime.core.subscribers._flusher import CallLater, Flusher
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._progress import SlotWriter
 
@@ -33,7 +35,7 @@ Renew = Callable[[HandOver], None]
 def run_handler(
     handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
     *, renew: Renew | None = None, catch: type[BaseException] = Exception, log: bool = True,
-    progress: SlotWriter | None = None,
+    progress: SlotWriter | None = None, flusher: Flusher | None = None,
 ) -> None:
     """Call ``handler`` on each still-pending delivery, then send the settlements as one.
 
@@ -46,12 +48,18 @@ def run_handler(
     ``renew_at`` passed (a clock read per message, no call): it extends the
     hand-over's ack deadline while the handler works through it, so deliveries waiting
     behind slow ones are not expired unseen. A worker process passes its ``progress``
-    slot, where the index of each delivery is written before its handler call.
+    slot, where the index of each delivery is written before its handler call; a
+    thread subscriber its ``flusher``, which sends the buffered settlements while the
+    batch runs.
     """
     buffer = handover.open_buffer()
+    if flusher is not None:
+        flusher.opened(handover)
     try:
         _run_each(handler, auto_ack, handover, deliveries, buffer, renew, catch, log, progress)
     finally:
+        if flusher is not None:
+            flusher.closed()
         settled = handover.close_buffer()
         if settled and handover.sink is not None:
             handover.sink.tell(settled)
@@ -59,7 +67,7 @@ def run_handler(
 
 def _run_each(
     handler: Handler, auto_ack: bool, handover: HandOver, deliveries: list[Delivery[Any]],
-    buffer: list[Delivery[Any]], renew: Renew | None, catch: type[BaseException], log: bool,
+    buffer: deque[Delivery[Any]], renew: Renew | None, catch: type[BaseException], log: bool,
     progress: SlotWriter | None,
 ) -> None:
     """`run_handler`'s loop. A worker's pending deliveries are a lease (a dict with a
@@ -127,14 +135,17 @@ class MemberActor(Actor):
         handler: called with each `Delivery`.
         auto_ack: ack on return, nack on exception.
         group: the group actor, to which it returns credit after each batch.
-        key: its endpoint key in the group.
+        seat: its place (endpoint key, thread).
+        renew: extends a hand-over's ack deadline while its handler works through it.
+        call_later: the bus's timer (its settlements leave while a batch runs).
     """
 
     def __init__(
         self, handler: Handler, auto_ack: bool, group: Ref, seat: Seat,
-        renew: Renew | None = None,
+        renew: Renew, call_later: CallLater,
     ) -> None:
         super().__init__()
+        self._flusher = Flusher(call_later)
         self._handler = handler
         self._auto_ack = auto_ack
         self._group = group
@@ -151,7 +162,7 @@ class MemberActor(Actor):
         handover, deliveries = message
         try:
             run_handler(self._handler, self._auto_ack, handover, deliveries,
-                        renew=self._renew, catch=BaseException)
+                        renew=self._renew, catch=BaseException, flusher=self._flusher)
         finally:
             self._group.tell(Credit(self._key, len(deliveries)))
         return None

@@ -18,6 +18,7 @@ from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._arrivals import Arrivals
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
+from runtime.core.subscribers._flusher import CallLater
 from runtime.core.subscribers._gate import Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
@@ -56,12 +57,15 @@ class Subscribers:
         ring: the broadcast ring.
         tracker: the tracker actor.
         prefix: prefix of actor names.
+        call_later: the bus's timer (thread subscribers send settlements while a batch
+            runs).
     """
 
     def __init__(
         self, *, topic: str, settings: TopicSettings, system: ActorSystem, ledger: Ledger,
-        ring: Ring, tracker: Ref, prefix: str,
+        ring: Ring, tracker: Ref, prefix: str, call_later: CallLater,
     ) -> None:
+        self._call_later = call_later
         self._topic = topic
         self._settings = settings
         self._system = system
@@ -130,7 +134,7 @@ class Subscribers:
             if group is None:
                 seat.ref = self._spawn(
                     BroadcastActor, self._ring, seat, handler, auto_ack, self._ledger,
-                    self._tracker, name=f"subscriber:{seat.subscriber_id}",
+                    self._tracker, self._call_later, name=f"subscriber:{seat.subscriber_id}",
                 )
                 self._broadcast[seat.subscriber_id] = seat
                 self._ring.add(seat.subscriber_id, _teller(seat.ref))
@@ -138,7 +142,7 @@ class Subscribers:
             handle = self.create_group(group)
             seat.ref = self._spawn(
                 MemberActor, handler, auto_ack, handle.ref, seat, self._ledger.renew,
-                name=f"member:{seat.subscriber_id}",
+                self._call_later, name=f"member:{seat.subscriber_id}",
             )
             handle.gate.members.add(seat)
             window = THREAD_WINDOW if prefetch is None else prefetch
