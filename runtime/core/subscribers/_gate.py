@@ -148,6 +148,19 @@ class Gate:
             if self._waiting and self.used < self._limit(False):
                 self._changed.notify_all()
 
+    def hand_on(self, count: int) -> None:
+        """``count`` messages left the queue for a member: their room comes back, and
+        the member room lent for them is used up with it, in one step. Released alone,
+        the room let publishers in against lent room the hand-over had just taken,
+        until the group lent again: past a stuck member, more than capacity plus
+        prefetch."""
+        with self._lock:
+            self.used -= count
+            self.lent = max(self.lent - count, 0)
+            self.lent_keyed = max(self.lent_keyed - count, 0)
+            if self._waiting and self.used < self._limit(False):
+                self._changed.notify_all()
+
     def _limit(self, keyed: bool) -> int:
         return self.capacity + (self.lent_keyed if keyed else self.lent)
 

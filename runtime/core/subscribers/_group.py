@@ -226,7 +226,7 @@ class GroupActor(Backlog, Actor):
             self._buckets.get(member.key), self._retries, self._queue, room, share)
         if not envelopes:
             return 0
-        self._gate.release(len(envelopes))
+        self._gate.hand_on(len(envelopes))
         handover, out = hand_over(  # a worker's is one record until something fails
             self._tracker, member.subscriber_id, self._name, envelopes, attempts,
             whole=member.tranches,
