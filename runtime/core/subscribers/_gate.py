@@ -170,8 +170,9 @@ class Gate:
         return max(0, self._limit(keyed) - self.used)
 
     def full(self) -> bool:
-        """True while a publish (of keyed messages, the stricter) would wait."""
-        return self.used >= self._limit(True)
+        """True while a publish would wait: of keyed messages, or of unkeyed ones (a
+        stuck worker process lends its next hand-over to keyed messages alone)."""
+        return self.used >= self.capacity + min(self.lent, self.lent_keyed)
 
     def lend(self, room: int, least: int) -> None:
         """The members' free room now (``least``: the smallest one member has); more of

@@ -15,6 +15,7 @@ import psutil
 from runtime import BatchSettings, Bus, Delivery, Nack
 from runtime.core.subscribers._work_batch import WORKER_COLLECT_AFTER
 from runtime.core.subscribers._workers import PROCESS_BATCH
+from runtime.errors import WouldBlock
 
 
 def _burn(delivery: Delivery[int]) -> int:
@@ -165,3 +166,23 @@ def test_a_worker_process_collects_after_a_whole_hand_over_not_at_the_default(
     assert thresholds == {WORKER_COLLECT_AFTER}
     assert WORKER_COLLECT_AFTER > 2 * PROCESS_BATCH  # a delivery and its envelope each
     assert gc.get_threshold() == parents  # the parent's collector is the application's
+
+
+def test_a_stuck_worker_group_that_blocks_publishes_is_named_by_held_by() -> None:
+    def stuck(delivery: Delivery[int]) -> None:
+        threading.Event().wait(30)  # never set: the worker holds its hand-over
+
+    with Bus() as bus:
+        topic = bus.create_topic("orders", balanced_capacity=2)
+        topic.subscribe(stuck, group="billing", workers=1)
+        accepted = 0
+        try:
+            while accepted < 1_000:
+                topic.publish(accepted, timeout=0.3)
+                accepted += 1
+        except WouldBlock:
+            held = topic.held_by()
+        else:
+            raise AssertionError("a stuck worker group took 1,000 publishes")
+
+    assert held is not None and held.startswith("group 'billing' of topic 'orders' is full")
