@@ -67,8 +67,8 @@ class Deadlines:
 
     def _set(self, handover: HandOver, timeout: float) -> float:
         """Queue ``handover``'s deadline, ``timeout`` from now, and its renewal time."""
-        handover.deadline = when = self._clock() + timeout
-        handover.renew_at = when - _RENEW_SHARE * timeout
+        when = self._clock() + timeout
+        handover.set_deadline(when, when - _RENEW_SHARE * timeout)
         if timeout == self._ack_timeout:
             self._queue.append((when, handover.id))
         else:

@@ -68,6 +68,34 @@ class HandOver:
         # hand-over to a process member; None: its deadline runs from the hand-over.
         self.started: Callable[[], float] | None = None
 
+    def hold(self, pending: dict[int, Delivery[Any]]) -> None:
+        """Make ``pending`` (index -> delivery, a worker's lease included) its unsettled
+        deliveries: they are handed over from now."""
+        self.pending = pending
+
+    def count_from(self, started: Callable[[], float]) -> None:
+        """Count its ack deadline from its worker's start: ``started()`` reports the
+        seconds since (``-inf``: not started yet)."""
+        self.started = started
+
+    def track(self, hid: int) -> None:
+        """The ledger recorded it as ``hid``: live until `untrack`."""
+        self.id = hid
+        self.live = True
+
+    def untrack(self, *, settled_only: bool = True) -> bool:
+        """End the ledger's record of it (only once nothing is pending, unless not
+        ``settled_only``); True when this call ended it."""
+        if not self.live or (settled_only and not self.settled()):
+            return False
+        self.live = False
+        return True
+
+    def set_deadline(self, when: float, renew_at: float) -> None:
+        """Its ack deadline is ``when``; a handler reaching it after ``renew_at`` renews it."""
+        self.deadline = when
+        self.renew_at = renew_at
+
     def running_for(self) -> float:
         """Seconds since its subscriber started it: ``inf`` (long enough for any
         deadline) unless a worker process reports its start (``-inf``: not yet)."""
@@ -302,6 +330,18 @@ class Delivery(Generic[T]):
             if cause is not None:
                 self._cause = cause
             self._send()
+
+    def _take_ack(self, pending: dict[int, Delivery[Any]]) -> bool:
+        """`_settle_acked` for the handler loop, claiming through ``pending`` (its
+        hand-over's, read as a plain dict: a lease's deadline is the loop's to check)."""
+        if dict.pop(pending, self._index, None) is None:
+            return False
+        self._state = ACKED
+        return True
+
+    def _lapse(self) -> None:
+        """Its worker's lease ran out before it settled (the lease dropped it): timed out."""
+        self._set_nacked("timeout", None, timed_out=True)
 
     def _settle_acked(self) -> bool:
         """Claim and ack for a subscriber that reported the ack (a worker process); the

@@ -122,8 +122,8 @@ class Ledger(Admission, Burial):
         with self._lock:
             if self.closed:
                 return False
-            handover.id = hid = next(self._handover_ids)
-            handover.live = True
+            hid = next(self._handover_ids)
+            handover.track(hid)
             self._live[hid] = handover
             wake_at = self._deadlines.add(handover)
         if wake_at is not None:
@@ -145,8 +145,7 @@ class Ledger(Admission, Burial):
         """Forget ``handover`` once nothing of it is pending: its subscriber gave its
         messages back unsettled (they stay pending as messages, in their group)."""
         with self._lock:
-            if handover.live and handover.settled():
-                handover.live = False
+            if handover.untrack():
                 del self._live[handover.id]
 
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
@@ -162,8 +161,7 @@ class Ledger(Admission, Burial):
         effects: list[Effect] = []
         acked: list[Future[Outcome]] = []
         with self._lock:
-            if tranche.live:
-                tranche.live = False
+            if tranche.untrack(settled_only=False):
                 del self._live[tranche.id]
             completed = len(tranche.envelopes)
             if self._tracks:  # per-message outcomes to complete: a dict lookup each
@@ -228,8 +226,7 @@ class Ledger(Admission, Burial):
     def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
         live = self._live
         for handover in handovers_of(deliveries):  # forget the ones now fully settled
-            if handover.live and handover.settled():
-                handover.live = False
+            if handover.untrack():
                 del live[handover.id]
         tracks = self._tracks
         if not tracks and all_acked(deliveries):  # a member's acks, no outcome tracked

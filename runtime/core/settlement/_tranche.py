@@ -10,7 +10,7 @@ an expired deadline or the close sweep.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count, repeat
 from typing import Any
 
@@ -51,6 +51,12 @@ class Tranche(HandOver):
         self._built: list[Delivery[Any]] = []
         self._lock = threading.Lock()  # lets a losing `unpack` wait for the builder
 
+    def run_by_worker(self, number: int, started: Callable[[], float]) -> None:
+        """It is its worker's hand-over ``number``; ``started`` reports the seconds since
+        the worker started it (its ack deadline counts from then)."""
+        self.number = number
+        self.count_from(started)
+
     def claim_whole(self) -> bool:
         """Claim every message as settled at once; False when `unpack` came first."""
         return self._whole.pop(0, None) is not None
@@ -76,7 +82,7 @@ class Tranche(HandOver):
                 built: list[Delivery[Any]] = list(
                     map(Delivery, self.envelopes, repeat(self), count(), attempts)
                 )
-                self.pending = dict(enumerate(built))
+                self.hold(dict(enumerate(built)))
                 self._built = built
             return self._built
 
@@ -99,5 +105,5 @@ def hand_over(
         Delivery, envelopes, repeat(handover), count(),
         repeat(1) if attempts is None else attempts,
     ))
-    handover.pending = dict(enumerate(out))
+    handover.hold(dict(enumerate(out)))
     return handover, out

@@ -36,7 +36,7 @@ def hand_over(
         [Delivery(e, handover, i, 1) for i, e in enumerate(envelopes)] if attempts is None
         else [Delivery(e, handover, i, a) for i, (e, a) in enumerate(zip(envelopes, attempts, strict=True))]
     )
-    handover.pending = dict(enumerate(deliveries))
+    handover.hold(dict(enumerate(deliveries)))
     if ledger.register(handover):
         return handover, deliveries
     for delivery in deliveries:

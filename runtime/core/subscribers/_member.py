@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
+from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.subscribers._flusher import CallLater, Flusher
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._progress import SlotWriter
@@ -24,7 +24,6 @@ Handler = Callable[[Delivery[Any]], Any]
 
 _monotonic = time.monotonic
 _has = dict.__contains__
-_pop = dict.pop
 
 # Deliveries a thread member may hold unsettled by default (its prefetch).
 THREAD_WINDOW = 32
@@ -113,10 +112,8 @@ def _run_each(
             if now >= expires:
                 pending.pop(index, None)  # expires it and every one still pending
                 return
-        # `Delivery._ack_if_pending`, inlined (this thread owns the buffer): the
-        # per-message path of every member and worker.
-        if ack and _pop(pending, index, None) is not None:
-            delivery._state = ACKED
+        # This thread owns the buffer: the ack joins it directly.
+        if ack and delivery._take_ack(pending):
             buffer.append(delivery)
 
 

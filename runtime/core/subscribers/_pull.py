@@ -152,4 +152,4 @@ class PullEndpoint:
             return []
         if self.tranches:
             items = [d for tranche in items for d in tranche.unpack()]
-        return [(d._envelope, d._attempt) for d in items if d._claim()]
+        return [(d._envelope, d._attempt) for d in items if d._withdraw()]

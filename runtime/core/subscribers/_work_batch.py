@@ -188,8 +188,8 @@ class WorkBatch:
         out: list[Delivery[Any]] = list(map(
             Delivery, envelopes, repeat(handover, size), count(), attempts,
         ))
-        handover.pending = dict(enumerate(out)) if deadline is None else _Lease(
-            enumerate(out), deadline)
+        handover.hold(dict(enumerate(out)) if deadline is None else _Lease(
+            enumerate(out), deadline))
         return out
 
 
@@ -281,7 +281,7 @@ class _Lease(dict[int, Delivery[Any]]):
 
     def _expire(self) -> None:
         for delivery in self.values():
-            delivery._set_nacked("timeout", None, timed_out=True)
+            delivery._lapse()
         self.clear()
 
 

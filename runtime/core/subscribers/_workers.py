@@ -143,8 +143,8 @@ class ProcessEndpoint:
         """Number ``handover`` for the worker, before the ledger gives it a deadline: the
         deadline stays off until the worker reports that it started it."""
         number = self._progress.next_number(self._slot)
-        handover.started = partial(self._progress.running_for, self._slot, number)
-        cast(Tranche, handover).number = number
+        cast(Tranche, handover).run_by_worker(
+            number, partial(self._progress.running_for, self._slot, number))
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the tranche (``handover``; ``deliveries`` is empty);
