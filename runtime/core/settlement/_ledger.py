@@ -193,8 +193,8 @@ class Ledger:
         with ``reason``: as `settle` of their deliveries (``make`` builds one).
 
         When none can be retried or watched (no outcome, no callback, a bounded
-        dead-letter queue), only the letters the queue keeps (the newest) are built:
-        closing a topic with a million queued messages builds 10,000, not a million.
+        dead-letter queue), only the letters the queue keeps (the newest) are built,
+        not one per queued message.
         """
         keep, tracks = self._dead_letters.keeps(), self._tracks
         if (

@@ -55,7 +55,7 @@ class WorkBatch:
     the message came through a Publisher and ``payloads[i]`` is its data). A column
     whose items are all alike travels as one value: ``keys`` None (no keys),
     ``attributes`` None (all empty), ``attempts`` None (all first attempts), ``stamps``
-    one float or None; most hand-overs are like that, and it halves what is pickled.
+    one float or None; most hand-overs are like that, and it shrinks what is pickled.
     Messages travel by number (an id is its number in decimal: `message_id`), ``seqs``
     a ``range`` when the numbers follow each other, as most hand-overs' do, and
     ``ids`` None unless a message has an id of its own (a replayed dead letter).
@@ -99,8 +99,8 @@ class WorkBatch:
         """The columns of ``envelopes`` with their ``attempts`` (None: all first ones).
 
         Each column is one ``map`` of an item getter: ``zip(*envelopes)`` built an
-        iterator per envelope, tracked by the garbage collector (with hand-overs of ~600,
-        1,155-1,178 young collections per 500,000 messages in the parent, now 818).
+        iterator per envelope, tracked by the garbage collector (more young collections
+        in the parent).
         """
         ids: list[str | None] | None = None  # a block's messages have no ids of their own
         if type(envelopes) is Block:  # columns already: none is read

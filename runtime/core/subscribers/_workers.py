@@ -40,9 +40,9 @@ PROCESS_HANDOVERS = 2
 # `HANDOVER_WORK` of handler time, between `SLOW_BATCH` and this. The first ones, sent
 # before the worker's handler time is known, hold `FIRST_BATCH` (a slow handler must not
 # get a batch that outlives its ack deadline). Each hand-over costs the parent a round
-# of thread wake-ups (answer, credit, the topic's gate, the Publisher's confirmation), and
-# a wake-up costs a thread ~20 µs of CPU on a 2-vCPU VM: 4,096 rather than 1,024 took
-# `pipeline_pool` from 348-367k to 381-394k msg/s (three alternated runs).
+# of thread wake-ups (answer, credit, the topic's gate, the Publisher's confirmation):
+# larger hand-overs trade latency and memory for fewer of them. Re-measure with
+# `python -m benchmarks --only pipeline_pool` when changing it.
 PROCESS_BATCH = 4096
 SLOW_BATCH = 256
 FIRST_BATCH = 4
@@ -56,8 +56,8 @@ HANDOVER_BYTES = 8 * 1024 * 1024
 _DEADLINE_SHARE = 0.25
 
 # Handler time under which a batch is not worth splitting across workers: a hand-over
-# costs the parent about 70 µs (build, pickle, pipe write, answer), so a split that
-# saves less than this in the slower half only adds hand-overs.
+# costs the parent its build, pickle, pipe write and answer, so a split that saves less
+# than this in the slower half only adds hand-overs (re-measure with `fanout_cpu`).
 SPLIT_WORTH = 200e-6
 _COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
 
