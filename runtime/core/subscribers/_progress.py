@@ -19,6 +19,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import threading
 import time
 
 __all__ = ["NOT_STARTED", "Progress", "SlotWriter"]
@@ -29,6 +30,7 @@ _WORD = 8
 _DONE = -1
 
 NOT_STARTED = float("-inf")
+_PAST = 2**62  # a hand-over number no worker reaches
 
 
 class Progress:
@@ -49,20 +51,25 @@ class Progress:
             os.close(fd)
         self._words = memoryview(self._map).cast("q")
         self._numbers = [0] * slots  # hand-over numbers, counted by the parent
+        self._lock = threading.Lock()  # the group's thread and the I/O thread number
 
     def next_number(self, slot: int) -> int:
         """The number of ``slot``'s next hand-over (from 1, in the order they are sent)."""
-        self._numbers[slot] += 1
-        return self._numbers[slot]
+        with self._lock:
+            self._numbers[slot] += 1
+            return self._numbers[slot]
 
     def read(self, slot: int) -> tuple[int, int, float]:
         """``(number, index, started)`` of ``slot``: the last hand-over its worker started,
         the delivery its handler is on (-1: done with it) and when it started (seconds,
-        ``time.monotonic`` scale)."""
+        ``time.monotonic`` scale); once closed, a worker past every hand-over."""
         base = slot * _WORDS
-        words = self._words
-        number = words[base]
-        return number, words[base + 1], words[base + 2] / 1e9
+        with self._lock:  # against `close`
+            if self._map.closed:
+                return _PAST, _DONE, 0.0
+            words = self._words
+            number = words[base]
+            return number, words[base + 1], words[base + 2] / 1e9
 
     def running_for(self, slot: int, number: int) -> float:
         """Seconds since ``slot``'s worker started hand-over ``number``; `NOT_STARTED`
@@ -82,10 +89,11 @@ class Progress:
 
     def close(self) -> None:
         """Unmap the slots and remove the file (idempotent)."""
-        if self._map.closed:
-            return
-        self._words.release()
-        self._map.close()
+        with self._lock:
+            if self._map.closed:
+                return
+            self._words.release()
+            self._map.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
