@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import zlib
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal
 
 from actors._spec import ChildSpec, SupervisorSpec
+from actors.errors import WorkerCrashedError
 
 if TYPE_CHECKING:
     from actors._cell import Cell
@@ -79,8 +81,50 @@ class Pool:
         self._pick(key).tell(message)
 
     def ask(self, message: Any, *, key: Any = None, timeout: float | None = 5.0) -> Future[Any]:
-        """Ask one member chosen by the router (or by ``key``); see `Ref.ask`."""
-        return self._pick(key).ask(message, timeout)
+        """Ask one member chosen by the router (or by ``key``); see `Ref.ask`.
+
+        If a process member dies while the ask waits behind the message it was running,
+        the ask goes to another member (a keyed one to the same member's next process,
+        keeping the key's order) within what is left of ``timeout``; only the message the
+        member was running fails, with `WorkerCrashedError`.
+        """
+        cell = self._pick(key)
+        if not self._process:
+            return cell.ask(message, timeout)
+        answer: Future[Any] = Future()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._forward(cell.ask(message, timeout), answer, message, key, cell, deadline)
+        return answer
+
+    def _forward(self, asked: Future[Any], answer: Future[Any], message: Any, key: Any,
+                 cell: Cell, deadline: float | None) -> None:
+        """Resolve ``answer`` from ``asked``, or ask again if its member never took it."""
+        def done(future: Future[Any]) -> None:
+            error = future.exception()
+            if isinstance(error, WorkerCrashedError) and not error.started:
+                try:
+                    self._reroute(answer, message, key, cell, deadline)
+                    return
+                except Exception as exc:  # e.g. the pool stopped meanwhile
+                    error = exc
+            if answer.set_running_or_notify_cancel():
+                if error is None:
+                    answer.set_result(future.result())
+                else:
+                    answer.set_exception(error)
+
+        asked.add_done_callback(done)
+
+    def _reroute(self, answer: Future[Any], message: Any, key: Any, crashed: Cell,
+                 deadline: float | None) -> None:
+        members = self._members
+        others = [m for m in members if m is not crashed]
+        if key is not None or not others:
+            cell = crashed if crashed in members or not members else self._pick(key)
+        else:
+            cell = _least_busy(tuple(others), next(self._rotation))
+        timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        self._forward(cell.ask(message, timeout), answer, message, key, cell, deadline)
 
     def resize(self, size: int) -> None:
         """Grow or shrink to ``size`` members; returns once new members run.

@@ -122,11 +122,24 @@ class RestartLimitError(ActorError):
 
 
 class WorkerCrashedError(ActorError):
-    """The process hosting the actor died before it answered."""
+    """The process hosting the actor died before it answered.
 
-    def __init__(self, name: str = "", exitcode: int | None = None) -> None:
-        super().__init__(name, exitcode)
+    Args:
+        name: the actor's name.
+        exitcode: the process's exit code (negative: the signal that ended it).
+        started: False when the message was still waiting behind the one the process
+            was handling: no handler ever ran on it (a `Pool` sends it to another member).
+    """
+
+    def __init__(self, name: str = "", exitcode: int | None = None, started: bool = True) -> None:
+        super().__init__(name, exitcode, started)
+
+    @property
+    def started(self) -> bool:
+        """Whether the process may have begun handling the message."""
+        return bool(self.args[2])
 
     def __str__(self) -> str:
-        name, exitcode = self.args
-        return f"process of actor {name!r} died (exit code {exitcode})"
+        name, exitcode, started = self.args
+        text = f"process of actor {name!r} died (exit code {exitcode})"
+        return text if started else f"{text} before it took the message"

@@ -272,8 +272,12 @@ class ProcessCell(Cell):
             WorkerCrashedError(self.name, exitcode) if crashed else ActorDeadError(self.name)
         )
         reason = "crashed" if crashed else ("stopped" if self.stop_requested else "restarting")
-        for reply in asks.values():
-            _fail(reply, error)
+        # The child handles its mail in order: only the oldest unanswered message can
+        # have been running; asks behind it never started.
+        oldest = min([*asks, *(seq for seq, _ in tells)], default=0)
+        for seq, reply in asks.items():
+            _fail(reply, error if not crashed or seq == oldest
+                  else WorkerCrashedError(self.name, exitcode, started=False))
         for _, message in tells:
             self.dead_letter(message, reason)  # type: ignore[arg-type]
         self._report_exit(channel, crashed, error)

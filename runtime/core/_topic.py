@@ -72,7 +72,7 @@ class Topic(BatchSeam, Subscribing[T]):
         self._tracker = tracker = system.spawn(TrackerActor, ledger, name=f"{self._prefix}/tracker")
         self._subscribers = Subscribers(
             topic=name, settings=settings, system=system, ledger=ledger, ring=self._ring,
-            tracker=tracker, prefix=self._prefix,
+            tracker=tracker, prefix=self._prefix, call_later=timer.call_later,
         )
         ledger.bind(
             schedule=lambda when: timer.schedule(when, lambda: tracker.tell(TICK)),

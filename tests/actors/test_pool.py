@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from actors import Actor, ActorSystem, Event
+from actors.errors import WorkerCrashedError
 
 
 class Keyed(Actor):
@@ -108,6 +109,31 @@ def test_crashed_member_is_replaced_and_the_pool_keeps_serving(system: ActorSyst
 
     assert victim.ask("pid").result(10) != pid
     assert len(answers) == 20
+    assert pool.size == 2
+
+
+class DiesOnRequest(Actor):
+    """Kills its own process on ``"die"``; answers its pid to anything else."""
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+
+
+def test_killed_member_fails_only_the_ask_it_was_running(system: ActorSystem) -> None:
+    pool = system.pool(DiesOnRequest, size=2, router="round_robin")
+    pids = {m.ask("pid").result(10) for m in pool.members()}
+
+    dying = pool.ask("die", timeout=30)
+    queued = [pool.ask(n, timeout=30) for n in range(100)]  # half of them behind "die"
+
+    with pytest.raises(WorkerCrashedError) as crashed:
+        dying.result(30)
+    answers = [f.result(30) for f in queued]
+    assert crashed.value.started
+    assert len(answers) == 100
+    assert set(answers) <= pids | {m.ask("pid").result(10) for m in pool.members()}
     assert pool.size == 2
 
 

@@ -311,9 +311,30 @@ def test_sigkilled_workers_lose_nothing_of_publisher_batches_and_mix_up_no_colum
     handled = [json.loads(line) for line in read_lines(tmp_path)]
     assert stats.published == total and stats.pending == 0
     assert stats.delivered + stats.dead_lettered == total
-    assert stats.redelivered + len(letters) > 0  # the kills took hand-overs in flight
     assert {d.reason for d in letters} <= {"worker_crashed"}
     acked_or_lettered = {m[0] for m in handled} | {d.message_id for d in letters}
     assert acked_or_lettered == set(sent)
     for message_id, key, attributes, data, stamped in handled:
         assert (key, attributes, data) == sent[message_id] and stamped
+
+
+# -- A killed worker settles only what it was running (DESIGN §3.11) -------------------------------
+
+def test_sigkilled_worker_settles_only_the_delivery_it_was_running() -> None:
+    def handler(delivery: Delivery[int]) -> None:
+        if delivery.message == 77:
+            os.kill(os.getpid(), signal.SIGKILL)
+        sum(range(20_000))  # a little work each, so that hand-overs queue up
+        delivery.ack()
+
+    with Bus() as bus:
+        topic = bus.create_topic("t")  # one delivery attempt
+        topic.subscribe(handler, group="g", workers=2)
+        reports = [topic.publish(n) for n in range(200)]
+        outcomes = [r.outcome.result(timeout=60) for r in reports]
+        letters = list(topic.dead_letters)
+        stats = topic.stats()
+
+    assert [(d.message_id, d.reason) for d in letters] == [(reports[77].message_id, "worker_crashed")]
+    assert [n for n, o in enumerate(outcomes) if not o.acked] == [77]
+    assert stats.delivered == 199 and stats.redelivered == 0 and stats.pending == 0

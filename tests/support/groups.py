@@ -37,6 +37,9 @@ class FakeEndpoint:
         self.whole = whole
         self.sizes: list[int] = []
 
+    def prepare(self, handover: Any) -> None:
+        pass
+
     def push(self, handover: Any, deliveries: list[Any]) -> None:
         self.sizes.append(len(deliveries))
 

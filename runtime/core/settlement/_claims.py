@@ -36,8 +36,7 @@ def nack_all(deliveries: Sequence[Delivery[Any]], error: str) -> int:
     one message per delivery. Returns how many were nacked (the rest had settled)."""
     per_sink: dict[int, tuple[Any, list[Delivery[Any]]]] = {}
     for delivery in deliveries:
-        if delivery._claim():
-            delivery._set_nacked("nack", error)
+        if delivery._settle_failed("nack", error):
             sink = delivery._handover.sink
             per_sink.setdefault(id(sink), (sink, []))[1].append(delivery)
     for sink, settled in per_sink.values():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from runtime.core._envelope import ATTRIBUTES, KEY, TOPIC, Envelope, message_id, message_of
@@ -34,7 +36,8 @@ class HandOver:
     ``pending.pop(index, None)``: one atomic dict operation, so the subscriber's ack,
     the deadline sweep and the close sweep race safely and exactly one of them wins.
     While ``owner`` (a thread id) runs the handler, its settlements collect in
-    ``buffer`` and leave as one message; settlements from other threads go alone.
+    ``buffer`` (a deque: the owner appends, `flush_buffer` may pop from another thread)
+    and leave in few messages; settlements from other threads go alone.
     ``nacked`` turns True when one of its deliveries is nacked (before that delivery
     goes anywhere): with it a worker knows a batch was all acked without a pass.
 
@@ -46,7 +49,7 @@ class HandOver:
 
     __slots__ = (
         "buffer", "deadline", "group", "id", "live", "nacked", "owner", "pending", "renew_at",
-        "sink", "subscriber_id",
+        "sink", "started", "subscriber_id",
     )
 
     def __init__(self, sink: Sink | None, subscriber_id: int, group: str | None) -> None:
@@ -54,26 +57,72 @@ class HandOver:
         self.subscriber_id = subscriber_id
         self.group = group
         self.pending: dict[int, Delivery[Any]] = {}
-        self.buffer: list[Delivery[Any]] | None = None
+        self.buffer: deque[Delivery[Any]] | None = None
         self.owner = 0
         self.id = 0
         self.live = False
         self.deadline = 0.0
         self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
         self.nacked = False
+        # Seconds its worker process has been running it (-inf: not started yet), for a
+        # hand-over to a process member; None: its deadline runs from the hand-over.
+        self.started: Callable[[], float] | None = None
 
-    def open_buffer(self) -> list[Delivery[Any]]:
+    def hold(self, pending: dict[int, Delivery[Any]]) -> None:
+        """Make ``pending`` (index -> delivery, a worker's lease included) its unsettled
+        deliveries: they are handed over from now."""
+        self.pending = pending
+
+    def count_from(self, started: Callable[[], float]) -> None:
+        """Count its ack deadline from its worker's start: ``started()`` reports the
+        seconds since (``-inf``: not started yet)."""
+        self.started = started
+
+    def track(self, hid: int) -> None:
+        """The ledger recorded it as ``hid``: live until `untrack`."""
+        self.id = hid
+        self.live = True
+
+    def untrack(self, *, settled_only: bool = True) -> bool:
+        """End the ledger's record of it (only once nothing is pending, unless not
+        ``settled_only``); True when this call ended it."""
+        if not self.live or (settled_only and not self.settled()):
+            return False
+        self.live = False
+        return True
+
+    def set_deadline(self, when: float, renew_at: float) -> None:
+        """Its ack deadline is ``when``; a handler reaching it after ``renew_at`` renews it."""
+        self.deadline = when
+        self.renew_at = renew_at
+
+    def running_for(self) -> float:
+        """Seconds since its subscriber started it: ``inf`` (long enough for any
+        deadline) unless a worker process reports its start (``-inf``: not yet)."""
+        started = self.started
+        return _NEVER if started is None else started()
+
+    def open_buffer(self) -> deque[Delivery[Any]]:
         """Start collecting this thread's settlements; returns the buffer."""
         self.owner = _get_ident()
-        buffer: list[Delivery[Any]] = []
+        buffer: deque[Delivery[Any]] = deque()
         self.buffer = buffer
         return buffer
 
     def close_buffer(self) -> list[Delivery[Any]]:
-        """Stop collecting; later settlements go to the sink one by one."""
-        buffer = self.buffer or []
+        """Stop collecting; returns what is left in the buffer. Later settlements go to
+        the sink one by one."""
+        buffer = self.buffer
         self.buffer = None
-        return buffer
+        return [] if buffer is None else _drain(buffer)
+
+    def flush_buffer(self) -> None:
+        """Send what the buffer holds now (from any thread; the owner keeps collecting)."""
+        buffer = self.buffer
+        if buffer:
+            settled = _drain(buffer)
+            if settled and self.sink is not None:
+                self.sink.tell(settled)
 
     def settled(self) -> bool:
         """True when nothing of it is pending any more."""
@@ -82,6 +131,16 @@ class HandOver:
     def unsettled(self) -> dict[int, Delivery[Any]]:
         """The deliveries nothing has claimed yet, by index."""
         return self.pending
+
+
+def _drain(buffer: deque[Delivery[Any]]) -> list[Delivery[Any]]:
+    """Pop everything ``buffer`` holds now; each item goes to exactly one caller."""
+    out: list[Delivery[Any]] = []
+    try:
+        while True:
+            out.append(buffer.popleft())
+    except IndexError:
+        return out
 
 
 class Delivery(Generic[T]):
@@ -271,6 +330,43 @@ class Delivery(Generic[T]):
             if cause is not None:
                 self._cause = cause
             self._send()
+
+    def _take_ack(self, pending: dict[int, Delivery[Any]]) -> bool:
+        """`_settle_acked` for the handler loop, claiming through ``pending`` (its
+        hand-over's, read as a plain dict: a lease's deadline is the loop's to check)."""
+        if dict.pop(pending, self._index, None) is None:
+            return False
+        self._state = ACKED
+        return True
+
+    def _lapse(self) -> None:
+        """Its worker's lease ran out before it settled (the lease dropped it): timed out."""
+        self._set_nacked("timeout", None, timed_out=True)
+
+    def _settle_acked(self) -> bool:
+        """Claim and ack for a subscriber that reported the ack (a worker process); the
+        caller sends it on. False when something settled it first."""
+        if not self._claim():
+            return False
+        self._state = ACKED
+        return True
+
+    def _settle_failed(
+        self, reason: str, error: str | None, cause: tuple[str, str] | None = None,
+    ) -> bool:
+        """Claim and nack with ``reason`` (and a handler's ``cause``); the caller sends it
+        on. False when something settled it first."""
+        if not self._claim():
+            return False
+        self._set_nacked(reason, error)
+        if cause is not None:
+            self._cause = cause
+        return True
+
+    def _withdraw(self) -> bool:
+        """Claim it to hand its message back to the group unsettled (its subscriber never
+        ran it): nothing is counted. False when something settled it first."""
+        return self._claim()
 
     def _expire(self, reason: str) -> bool:
         """Claim for a sweep (``"timeout"`` or ``"closed"``); False when already settled."""

@@ -21,20 +21,23 @@ from runtime.core._envelope import SEQ, Envelope
 from runtime.core._future import resolve, resolve_all
 from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack, count_down
 from runtime.core._stats import Counters, TopicStats
-from runtime.core.settlement._admission import Admission
-from runtime.core.settlement._burial import RETRYABLE, Burial, Effect, run_effects
 from runtime.core.settlement._claims import all_acked, claim_all, handovers_of
-from runtime.core.settlement._dead_letters import DeadLetterQueue
+from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
 from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.settlement._tranche import Tranche
-from runtime.errors import TopicClosedError
+from runtime.errors import TopicClosedError, WouldBlock
 
 __all__ = ["Ledger"]
 
+# Failures a balanced delivery may be retried after, while attempts remain.
+RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
+_COUNTED = frozenset({"dropped", "lagged"})  # reasons with counters of their own
+
+Effect = Callable[[], Any]
 
 
-class Ledger(Admission, Burial):
+class Ledger:
     """Books of one topic. Thread-safe.
 
     Args:
@@ -115,6 +118,100 @@ class Ledger(Admission, Burial):
             self.pending += 1
             self._tracks[seq] = OutcomeTrack(destinations, future)
 
+    def take_slot(self, max_pending: int, deadline: float | None) -> None:
+        """Wait until fewer than ``max_pending`` messages are pending, then take a slot.
+
+        Blocks until ``deadline`` (``time.monotonic()`` based; None: no bound).
+
+        Raises:
+            TopicClosedError: the topic closed (also while waiting).
+            WouldBlock: the deadline passed first.
+        """
+        with self._changed:
+            while not self.closed and self.pending >= max_pending:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WouldBlock(f"topic {self._topic!r} has {max_pending} pending messages")
+                self._changed.wait(remaining)
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            self.pending += 1
+
+    def take_slots(self, count: int, max_pending: int) -> int:
+        """Wait until fewer than ``max_pending`` messages are pending, then take up to
+        ``count`` slots (as many as are free); returns how many. No time bound.
+
+        Raises:
+            TopicClosedError: the topic closed (also while waiting).
+        """
+        with self._changed:
+            while not self.closed and self.pending >= max_pending:
+                self._changed.wait()
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            taken = min(count, max_pending - self.pending)
+            self.pending += taken
+            return taken
+
+    def release_slots(self, count: int) -> None:
+        """Give back slots taken by `take_slot` for messages that were not published."""
+        with self._changed:
+            self.pending -= count
+            self._changed.notify_all()
+
+    def dead_letter_unrouted(
+        self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None, slotted: bool,
+    ) -> None:
+        """Dead-letter messages published while the topic had no destination."""
+        effects: list[Effect] = []
+        outcome = Outcome(acked=False, nacks=(Nack("none", "no_subscribers"),))
+        with self._changed:
+            for envelope in envelopes:
+                self._counters.nacked += 1
+                self._bury(Delivery.settled(envelope, -1, None, 0, "no_subscribers"), effects)
+            if slotted:
+                self.pending -= len(envelopes)
+                self._changed.notify_all()
+        run_effects(effects)
+        for future in futures or ():
+            resolve(future, outcome)
+
+    def dead_letter_refused(self, envelope: Envelope, reason: str, error: str | None) -> None:
+        """Dead-letter a message refused on its way in (counts as published and nacked)."""
+        effects: list[Effect] = []
+        with self._changed:
+            self._counters.published += 1
+            self._counters.nacked += 1
+            self._bury(Delivery.settled(envelope, -1, None, 0, reason, error), effects)
+        run_effects(effects)
+
+    def settle_unreached(
+        self, items: Sequence[tuple[Envelope, int]], reason: str,
+        make: Callable[[Envelope, int], Delivery[Any]],
+    ) -> None:
+        """Apply queued messages (envelope, attempt) that never reached a member, failed
+        with ``reason``: as `settle` of their deliveries (``make`` builds one).
+
+        When none can be retried or watched (no outcome, no callback, a bounded
+        dead-letter queue), only the letters the queue keeps (the newest) are built,
+        not one per queued message.
+        """
+        keep, tracks = self._dead_letters.keeps(), self._tracks
+        if (
+            keep is None or (reason in RETRYABLE and not self.closed) or reason in _COUNTED
+            or (tracks and any(envelope[SEQ] in tracks for envelope, _ in items))
+        ):  # each message as one delivery: retries, counters, outcomes, callbacks, order
+            self.settle([make(envelope, attempt) for envelope, attempt in items])
+            return
+        with self._changed:
+            skipped = max(len(items) - keep, 0)
+            self._dead_letters.append_tail(
+                [dead_letter_of(make(e, a), self._topic) for e, a in items[skipped:]], skipped)
+            self._counters.nacked += len(items)
+            self._counters.dead_lettered += len(items)
+            self.pending -= len(items)
+            self._changed.notify_all()
+
     # -- subscriber side ----------------------------------------------------------
 
     def register(self, handover: HandOver) -> bool:
@@ -122,8 +219,8 @@ class Ledger(Admission, Burial):
         with self._lock:
             if self.closed:
                 return False
-            handover.id = hid = next(self._handover_ids)
-            handover.live = True
+            hid = next(self._handover_ids)
+            handover.track(hid)
             self._live[hid] = handover
             wake_at = self._deadlines.add(handover)
         if wake_at is not None:
@@ -141,6 +238,13 @@ class Ledger(Admission, Burial):
             if handover.live:
                 deadlines.extend(handover)
 
+    def release(self, handover: HandOver) -> None:
+        """Forget ``handover`` once nothing of it is pending: its subscriber gave its
+        messages back unsettled (they stay pending as messages, in their group)."""
+        with self._lock:
+            if handover.untrack():
+                del self._live[handover.id]
+
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Apply settled deliveries: outcomes, stats, dead letters, redeliveries."""
         effects: list[Effect] = []
@@ -154,8 +258,7 @@ class Ledger(Admission, Burial):
         effects: list[Effect] = []
         acked: list[Future[Outcome]] = []
         with self._lock:
-            if tranche.live:
-                tranche.live = False
+            if tranche.untrack(settled_only=False):
                 del self._live[tranche.id]
             completed = len(tranche.envelopes)
             if self._tracks:  # per-message outcomes to complete: a dict lookup each
@@ -220,8 +323,7 @@ class Ledger(Admission, Burial):
     def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
         live = self._live
         for handover in handovers_of(deliveries):  # forget the ones now fully settled
-            if handover.live and handover.settled():
-                handover.live = False
+            if handover.untrack():
                 del live[handover.id]
         tracks = self._tracks
         if not tracks and all_acked(deliveries):  # a member's acks, no outcome tracked
@@ -285,4 +387,15 @@ class Ledger(Admission, Burial):
         if future is not None:
             effects.append(lambda: resolve(future, outcome))
 
+    def _bury(self, delivery: Delivery[Any], effects: list[Effect]) -> None:
+        dead_letter = dead_letter_of(delivery, self._topic)
+        self._counters.dead_lettered += 1
+        callback = self._dead_letters.append(dead_letter)
+        if callback is not None:
+            effects.append(lambda: self._dead_letters.notify(callback, dead_letter))
 
+
+def run_effects(effects: list[Effect]) -> None:
+    """Run what was collected under the lock (outcomes, callbacks, redeliveries)."""
+    for effect in effects:
+        effect()

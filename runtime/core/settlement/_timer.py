@@ -49,6 +49,10 @@ class Timer:
             elif self._heap[0][0] == when:
                 self._changed.notify()
 
+    def call_later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once, ``delay`` seconds of ``clock()`` from now."""
+        self.schedule(self._clock() + delay, callback)
+
     def stop(self, timeout: float | None = 5.0) -> None:
         """Drop what is scheduled and stop the thread (waits up to ``timeout``)."""
         with self._changed:

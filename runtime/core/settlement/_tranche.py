@@ -10,7 +10,7 @@ an expired deadline or the close sweep.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count, repeat
 from typing import Any
 
@@ -37,7 +37,7 @@ class Tranche(HandOver):
         attempts: each message's attempt number (None: all first attempts).
     """
 
-    __slots__ = ("_built", "_lock", "_whole", "attempts", "envelopes")
+    __slots__ = ("_built", "_lock", "_whole", "attempts", "envelopes", "number")
 
     def __init__(
         self, sink: Sink | None, subscriber_id: int, group: str | None,
@@ -46,9 +46,16 @@ class Tranche(HandOver):
         super().__init__(sink, subscriber_id, group)
         self.envelopes = envelopes
         self.attempts = attempts
+        self.number = 0  # its place among its worker's hand-overs (a process member's)
         self._whole: dict[int, bool] = {0: True}  # the token: popped once, atomically
         self._built: list[Delivery[Any]] = []
         self._lock = threading.Lock()  # lets a losing `unpack` wait for the builder
+
+    def run_by_worker(self, number: int, started: Callable[[], float]) -> None:
+        """It is its worker's hand-over ``number``; ``started`` reports the seconds since
+        the worker started it (its ack deadline counts from then)."""
+        self.number = number
+        self.count_from(started)
 
     def claim_whole(self) -> bool:
         """Claim every message as settled at once; False when `unpack` came first."""
@@ -75,7 +82,7 @@ class Tranche(HandOver):
                 built: list[Delivery[Any]] = list(
                     map(Delivery, self.envelopes, repeat(self), count(), attempts)
                 )
-                self.pending = dict(enumerate(built))
+                self.hold(dict(enumerate(built)))
                 self._built = built
             return self._built
 
@@ -98,5 +105,5 @@ def hand_over(
         Delivery, envelopes, repeat(handover), count(),
         repeat(1) if attempts is None else attempts,
     ))
-    handover.pending = dict(enumerate(out))
+    handover.hold(dict(enumerate(out)))
     return handover, out

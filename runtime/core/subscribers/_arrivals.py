@@ -1,15 +1,14 @@
 """Chunks published into a balanced group, on their way to its actor.
 
-A publisher used to tell the group actor every chunk it fanned out: one mailbox message,
-and one wake-up of the group's thread, per ``topic.publish``: py-spy put 541 of the 1,245
-samples of one-at-a-time publishes (into a group nobody read) on that tell. Now the chunk is
-appended here, and the group is told `ARRIVED` only when it is not already due to take
-what waits: a burst of publishes costs the group one mailbox message and one wake-up.
+Telling the group actor every chunk would cost one mailbox message, and one wake-up of
+the group's thread, per ``topic.publish``. The chunk is appended here instead, and the
+group is told `ARRIVED` only when it is not already due to take what waits: a burst of
+publishes costs the group one mailbox message and one wake-up.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,23 +43,24 @@ def _unbound(message: Any) -> None:
 
 
 class Arrivals:
-    """A group's incoming chunks, in publish order; lock-free (the GIL orders the steps).
+    """A group's incoming chunks, in publish order. Thread-safe.
 
-    Why no chunk is left behind: `take` clears the due flag *before* it empties the
-    queue. A publisher appends its chunk first, then reads the flag. If it reads
-    "due", the group's `take` that will clear the flag has not started yet, so that
-    take sees the chunk. If it reads "not due", it sets the flag and tells the group,
-    so another take follows. At worst a take finds nothing (harmless).
+    Why no chunk is left behind: under one lock, `put` appends its chunk and reads the
+    due flag, and `take` clears the flag and empties the queue. A put that finds the
+    flag set comes before that take, which then sees its chunk; one that finds it clear
+    sets it and tells the group, so another take follows. At worst a take finds nothing
+    (harmless).
 
     Made before its group actor (which takes from it), then `bind`-ed to that actor
     before any publisher can see the group.
     """
 
-    __slots__ = ("_chunks", "_due", "_tell")
+    __slots__ = ("_chunks", "_due", "_lock", "_tell")
 
     def __init__(self) -> None:
-        self._chunks: deque[Chunk] = deque()
+        self._chunks: list[Chunk] = []
         self._due = False
+        self._lock = threading.Lock()
         self._tell: Callable[[Any], None] = _unbound
 
     def bind(self, ref: Ref) -> None:
@@ -72,13 +72,16 @@ class Arrivals:
 
         ``keys``: what its messages' keys are (`KeyMark`; the chunk and its mark travel
         as one item, so no take can separate them)."""
-        self._chunks.append((chunk, keys))
-        if not self._due:
+        with self._lock:
+            self._chunks.append((chunk, keys))
+            if self._due:
+                return
             self._due = True
-            self._tell(ARRIVED)
+        self._tell(ARRIVED)
 
     def take(self) -> list[Chunk]:
         """Every chunk waiting and its `KeyMark`, oldest first (the group's side)."""
-        self._due = False
-        chunks, popleft = self._chunks, self._chunks.popleft
-        return [popleft() for _ in range(len(chunks))]
+        with self._lock:
+            self._due = False
+            chunks, self._chunks = self._chunks, []
+        return chunks

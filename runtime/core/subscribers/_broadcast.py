@@ -10,6 +10,7 @@ from actors import Actor, Ref
 from runtime.core._envelope import Envelope
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._flusher import CallLater, Flusher
 from runtime.core.subscribers._member import Handler, Seat, run_handler
 from runtime.core.subscribers._ring import Ring
 
@@ -35,7 +36,7 @@ def hand_over(
         [Delivery(e, handover, i, 1) for i, e in enumerate(envelopes)] if attempts is None
         else [Delivery(e, handover, i, a) for i, (e, a) in enumerate(zip(envelopes, attempts, strict=True))]
     )
-    handover.pending = dict(enumerate(deliveries))
+    handover.hold(dict(enumerate(deliveries)))
     if ledger.register(handover):
         return handover, deliveries
     for delivery in deliveries:
@@ -54,13 +55,15 @@ class BroadcastActor(Actor):
         auto_ack: ack on return, nack on exception.
         ledger: the topic's books.
         tracker: the tracker actor.
+        call_later: the bus's timer (its settlements leave while a batch runs).
     """
 
     def __init__(
         self, ring: Ring, seat: Seat, handler: Handler, auto_ack: bool,
-        ledger: Ledger, tracker: Ref,
+        ledger: Ledger, tracker: Ref, call_later: CallLater,
     ) -> None:
         super().__init__()
+        self._flusher = Flusher(call_later)
         self._ring = ring
         self._seat = seat
         self._subscriber_id = seat.subscriber_id
@@ -81,7 +84,7 @@ class BroadcastActor(Actor):
         envelopes, attempts = taken
         batch = hand_over(envelopes, self._subscriber_id, self._ledger, self._tracker, attempts)
         if batch is not None:
-            run_handler(self._handler, self._auto_ack, *batch)
+            run_handler(self._handler, self._auto_ack, *batch, flusher=self._flusher)
         # Another mailbox round trip (not a loop) so a stop queued meanwhile is honoured.
         self.ref.tell(WAKE)
         return None

@@ -51,10 +51,9 @@ class Gate:
     Unkeyed messages the gate admits past the capacity are therefore handed on as soon
     as the group runs, and a stuck group (no room free) lends nothing but a stuck
     worker's next hand-over, to keyed messages: what a publisher can run ahead of it
-    stays the capacity plus the members' prefetch (plus that one hand-over). Without lending, the topic
-    thread waited for the group thread at every chunk while the workers sat idle
-    (``pipeline_pool``: 40% of the time with nothing in flight, and hand-overs of at
-    most two default batches).
+    stays the capacity plus the members' prefetch (plus that one hand-over). Without
+    lending, the topic thread waited for the group thread at every chunk while the
+    workers sat idle, and hand-overs held at most two default batches.
 
     A member's handler that publishes into its own full group waits at most
     `SELF_WAIT`, then gets `WouldBlock` saying so: the room it waits for may only come
@@ -141,10 +140,23 @@ class Gate:
 
     def release(self, count: int) -> None:
         """Give room back; wakes waiting publishers once the queue is not full (before,
-        none of them could go in: a thread member's credit of 32 used to wake the topic
-        thread for nothing, 72 -> 10 wakes per 1,000 messages in ``pipeline_inproc``)."""
+        none of them could go in: a thread member's credit used to wake the topic
+        thread for nothing)."""
         with self._lock:
             self.used -= count
+            if self._waiting and self.used < self._limit(False):
+                self._changed.notify_all()
+
+    def hand_on(self, count: int) -> None:
+        """``count`` messages left the queue for a member: their room comes back, and
+        the member room lent for them is used up with it, in one step. Released alone,
+        the room let publishers in against lent room the hand-over had just taken,
+        until the group lent again: past a stuck member, more than capacity plus
+        prefetch."""
+        with self._lock:
+            self.used -= count
+            self.lent = max(self.lent - count, 0)
+            self.lent_keyed = max(self.lent_keyed - count, 0)
             if self._waiting and self.used < self._limit(False):
                 self._changed.notify_all()
 
@@ -157,8 +169,9 @@ class Gate:
         return max(0, self._limit(keyed) - self.used)
 
     def full(self) -> bool:
-        """True while a publish (of keyed messages, the stricter) would wait."""
-        return self.used >= self._limit(True)
+        """True while a publish would wait: of keyed messages, or of unkeyed ones (a
+        stuck worker process lends its next hand-over to keyed messages alone)."""
+        return self.used >= self.capacity + min(self.lent, self.lent_keyed)
 
     def lend(self, room: int, least: int) -> None:
         """The members' free room now (``least``: the smallest one member has); more of

@@ -33,6 +33,9 @@ class Endpoint(Protocol):
     def cap(self) -> int:
         """The most deliveries one hand-over may carry now."""
 
+    def prepare(self, handover: HandOver) -> None:
+        """Ready ``handover`` for this member before the ledger registers it."""
+
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Hand a batch over; must not block."""
 

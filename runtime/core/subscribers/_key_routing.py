@@ -149,9 +149,8 @@ def _move_each(
 ) -> None:
     """Runs of one key (an ordered Publisher sends a batch per key) move as slices, found
     by ``groupby`` over the keys in C; interleaved keys are gathered message by message
-    into one list per queue (a block's into one block per queue: `picked`). Per message
-    (a chunk of 106, two members), against routing each message by its own hash: runs
-    of 35 0.15 -> 0.10 µs, 16 interleaved keys 0.155 -> 0.12-0.13, no key 0.04."""
+    into one list per queue (a block's into one block per queue: `picked`): fewer
+    Python-level steps per message than routing each message by its own hash."""
     most = len(keys) // _RUNS_SHARE + 1  # past this many, the runs are not worth reading
     runs = [(key, len(list(run))) for key, run in islice(groupby(keys), most)]
     if len(runs) * _RUNS_SHARE < len(keys):
@@ -185,10 +184,8 @@ def gather_runs(block: Block, keys: Runs, chosen: list[int]) -> Block:
     merged batches) numbered ``chosen`` (increasing), as one block.
 
     A group sends a chunk's runs of a key to their members' queues. Sliced run by run,
-    a chunk of 16 batches made 16 blocks, joined again 8 at a time at each hand-over
-    (the numbers as one list): the slicing and joining took about a third of the
-    group thread's GIL samples (py-spy ``--gil``, 16 keys under flow control). Its
-    numbers and keys stay runs.
+    a chunk of many batches made one block per batch, joined again at each hand-over;
+    gathered, it is one block whose numbers and keys stay runs.
     """
     ends, seqs, stamps = keys.ends(), block.seqs, block.stamps
     sizes = [keys.counts[i] for i in chosen]

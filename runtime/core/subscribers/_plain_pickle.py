@@ -3,10 +3,9 @@
 pickle remembers every object it writes but small atoms (ints, floats, None, booleans):
 a memo entry, and a ``MEMOIZE`` opcode the loading side stores again, so that a second
 reference to the same object is written as a reference. The columns of a hand-over of
-Publisher messages hold no object twice that matters: each message is its own data. In
-the pickler's fast mode (no memo) a list of ~650 distinct 100-byte messages took 80-82
-ns per message to pickle instead of 140-145, and 68-69 to load instead of 83-84 (three
-runs of 300 lists); a hand-over's columns, 81 instead of 129 to pickle.
+Publisher messages hold no object twice that matters: each message is its own data, so
+the pickler's fast mode (no memo) writes the same stream less the memo's work, on both
+sides (compare with ``python -m benchmarks --only pipeline_pool``).
 
 `dumps_plain` takes fast mode only for plain data: anything but builtin values,
 ``range`` and `Runs` (a user's object, a bytes subclass) makes it give up, and so does

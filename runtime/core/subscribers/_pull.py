@@ -39,6 +39,9 @@ class PullEndpoint:
         self._changed = threading.Condition(threading.Lock())
         self._closed = False
 
+    def prepare(self, handover: HandOver) -> None:
+        """Nothing to do: its deadline runs from the hand-over."""
+
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Buffer a batch (called on the group's thread)."""
         with self._changed:
@@ -149,4 +152,4 @@ class PullEndpoint:
             return []
         if self.tranches:
             items = [d for tranche in items for d in tranche.unpack()]
-        return [(d._envelope, d._attempt) for d in items if d._claim()]
+        return [(d._envelope, d._attempt) for d in items if d._withdraw()]

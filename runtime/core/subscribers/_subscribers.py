@@ -12,15 +12,18 @@ from typing import Any
 
 from actors import ActorSystem, Pool, Ref
 from actors.errors import ActorError
+from runtime.core._envelope import Envelope
 from runtime.core._settings import TopicSettings
-from runtime.core.settlement._delivery import Delivery
+from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._arrivals import Arrivals
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
+from runtime.core.subscribers._flusher import CallLater
 from runtime.core.subscribers._gate import Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
 from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint
+from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._pull import PullEndpoint
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscription import PullSubscription, RingSource, Subscription
@@ -54,12 +57,15 @@ class Subscribers:
         ring: the broadcast ring.
         tracker: the tracker actor.
         prefix: prefix of actor names.
+        call_later: the bus's timer (thread subscribers send settlements while a batch
+            runs).
     """
 
     def __init__(
         self, *, topic: str, settings: TopicSettings, system: ActorSystem, ledger: Ledger,
-        ring: Ring, tracker: Ref, prefix: str,
+        ring: Ring, tracker: Ref, prefix: str, call_later: CallLater,
     ) -> None:
+        self._call_later = call_later
         self._topic = topic
         self._settings = settings
         self._system = system
@@ -74,7 +80,7 @@ class Subscribers:
         self._handles: list[GroupHandle] = []
         self._broadcast: dict[int, Seat] = {}
         self._retired: list[Ref] = []
-        self._pools: list[Pool] = []
+        self._pools: list[tuple[Pool, Progress]] = []
 
     def handles(self) -> list[GroupHandle]:
         """A snapshot of the balanced groups (read without locking)."""
@@ -128,7 +134,7 @@ class Subscribers:
             if group is None:
                 seat.ref = self._spawn(
                     BroadcastActor, self._ring, seat, handler, auto_ack, self._ledger,
-                    self._tracker, name=f"subscriber:{seat.subscriber_id}",
+                    self._tracker, self._call_later, name=f"subscriber:{seat.subscriber_id}",
                 )
                 self._broadcast[seat.subscriber_id] = seat
                 self._ring.add(seat.subscriber_id, _teller(seat.ref))
@@ -136,7 +142,7 @@ class Subscribers:
             handle = self.create_group(group)
             seat.ref = self._spawn(
                 MemberActor, handler, auto_ack, handle.ref, seat, self._ledger.renew,
-                name=f"member:{seat.subscriber_id}",
+                self._call_later, name=f"member:{seat.subscriber_id}",
             )
             handle.gate.members.add(seat)
             window = THREAD_WINDOW if prefetch is None else prefetch
@@ -156,27 +162,32 @@ class Subscribers:
                 WorkerActor, handler, auto_ack, size=workers, process=True,
                 name=f"{self._prefix}/workers:{sid}", stuck_after=_stuck_after(self._settings),
             )
-            self._pools.append(pool)
+            progress = Progress(workers)
+            self._pools.append((pool, progress))
             seats = []
-            for worker in pool.members():
+            requeue = partial(self._give_back, handle)
+            for slot, worker in enumerate(pool.members()):
                 seat = Seat(next(self._keys), sid)
                 endpoint = ProcessEndpoint(
-                    seat.key, sid, worker, handle.ref, self._tracker, prefetch,
-                    self._settings.ack_timeout, partial(self._ledger.renew, force=True),
+                    seat.key, sid, worker, handle.ref, self._tracker,
+                    progress=(progress, slot), requeue=requeue, prefetch=prefetch,
+                    ack_timeout=self._settings.ack_timeout,
                 )
                 handle.ref.ask(Join(endpoint), timeout=_ASK_TIMEOUT).result(_ASK_TIMEOUT)
                 seats.append(seat)
-        return Subscription(sid, group, lambda: self._leave_workers(group, seats, pool))
+        return Subscription(
+            sid, group, lambda: self._leave_workers(group, seats, pool, progress))
 
     def stop_pools(self, timeout: float) -> None:
         """Stop every worker pool (at teardown)."""
         with self._lock:
             pools, self._pools = self._pools, []
-        for pool in pools:
+        for pool, progress in pools:
             try:
                 pool.stop(timeout=timeout)
             except Exception:
                 logger.warning("worker pool %s did not stop cleanly", pool.name, exc_info=True)
+            progress.close()
 
     def subscription(
         self, group: str | None, prefetch: int = 1, *, tranches: bool = False,
@@ -258,15 +269,19 @@ class Subscribers:
         if seat.ref is not None:
             self._retired.append(seat.ref)
 
-    def _leave_workers(self, group: str, seats: list[Seat], pool: Pool) -> None:
+    def _leave_workers(
+        self, group: str, seats: list[Seat], pool: Pool, progress: Progress,
+    ) -> None:
         with self._lock:
             record = self._groups.get(group)
-            if pool in self._pools:
-                self._pools.remove(pool)
+            if (pool, progress) not in self._pools:
+                return  # left already, or stopped with the topic
+            self._pools.remove((pool, progress))
         if record is not None:
             for seat in seats:
                 record.handle.ref.ask(Leave(seat.key), timeout=_ASK_TIMEOUT).result(_ASK_TIMEOUT)
         pool.stop(timeout=_ASK_TIMEOUT)
+        progress.close()
 
     def _unsubscribe(self, seat: Seat) -> None:
         with self._lock:
@@ -279,6 +294,13 @@ class Subscribers:
         seat.retire(_ASK_TIMEOUT)
         if seat.ref is not None:
             self._retired.append(seat.ref)
+
+    def _give_back(
+        self, handle: GroupHandle, handover: HandOver, items: list[tuple[Envelope, int]],
+    ) -> None:
+        """A worker died before running ``items`` of ``handover``: back to the group."""
+        self._ledger.release(handover)
+        self._requeue(handle, items)
 
     def _requeue(self, handle: GroupHandle, items: list[Any]) -> None:
         if items:

@@ -12,7 +12,7 @@ import gc
 import pickle
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count, repeat
 from operator import itemgetter
 from typing import Any
@@ -23,12 +23,13 @@ from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, ST
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
 from runtime.core.subscribers._plain_pickle import dumps_plain
+from runtime.core.subscribers._progress import SlotWriter
 
 __all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerActor"]
 
 # A worker process's first collector threshold: allocations (net) between young
-# collections. A hand-over of 4,096 deliveries allocates ~8,200 objects the collector
-# tracks (a delivery and its envelope each): building one runs no collection.
+# collections, above what a whole hand-over allocates (a delivery and its envelope per
+# message), so that building one runs no collection.
 WORKER_COLLECT_AFTER = 10_000
 
 _monotonic = time.monotonic
@@ -54,12 +55,16 @@ class WorkBatch:
     the message came through a Publisher and ``payloads[i]`` is its data). A column
     whose items are all alike travels as one value: ``keys`` None (no keys),
     ``attributes`` None (all empty), ``attempts`` None (all first attempts), ``stamps``
-    one float or None; most hand-overs are like that, and it halves what is pickled.
+    one float or None; most hand-overs are like that, and it shrinks what is pickled.
     Messages travel by number (an id is its number in decimal: `message_id`), ``seqs``
     a ``range`` when the numbers follow each other, as most hand-overs' do, and
     ``ids`` None unless a message has an id of its own (a replayed dead letter).
-    Pickling a hand-over of 4,096 took 180 ns per message with id strings, each one
-    memoized, and takes 64 with a range.
+
+    ``number`` counts the member's hand-overs and ``progress`` names the member's slot
+    (`_progress.Progress`) the worker reports in. With ``pickled`` each payload is
+    pickled on its own (None: it failed in the parent and is not run): the form a
+    hand-over is sent again in when it did not pickle or unpickle whole, so that one
+    bad message fails alone.
     """
 
     subscriber_id: int
@@ -73,6 +78,9 @@ class WorkBatch:
     stamps: Sequence[float | None] | float | None
     attempts: Sequence[int] | None
     ack_timeout: float | None = None
+    number: int = 0
+    progress: tuple[str, int] | None = None
+    pickled: bool = False
 
     @classmethod
     def of(cls, subscriber_id: int, group: str, topic: str,
@@ -86,12 +94,13 @@ class WorkBatch:
     @classmethod
     def of_envelopes(cls, subscriber_id: int, group: str, topic: str,
                      envelopes: Sequence[Envelope], attempts: list[int] | None,
-                     ack_timeout: float | None = None) -> WorkBatch:
+                     ack_timeout: float | None = None, number: int = 0,
+                     progress: tuple[str, int] | None = None) -> WorkBatch:
         """The columns of ``envelopes`` with their ``attempts`` (None: all first ones).
 
         Each column is one ``map`` of an item getter: ``zip(*envelopes)`` built an
-        iterator per envelope, tracked by the garbage collector (with hand-overs of ~600,
-        1,155-1,178 young collections per 500,000 messages in the parent, now 818).
+        iterator per envelope, tracked by the garbage collector (more young collections
+        in the parent).
         """
         ids: list[str | None] | None = None  # a block's messages have no ids of their own
         if type(envelopes) is Block:  # columns already: none is read
@@ -109,7 +118,7 @@ class WorkBatch:
             None if attributes is None or not any(attributes) else attributes,
             _one_stamp(stamps, size),
             None if attempts is None or attempts.count(1) == size else attempts,
-            ack_timeout,
+            ack_timeout, number, progress,
         )
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -119,12 +128,43 @@ class WorkBatch:
         columns = (
             self.subscriber_id, self.group, self.topic, self.seqs, self.ids, self.payloads,
             self.keys, self.attributes, self.stamps, self.attempts, self.ack_timeout,
+            self.number, self.progress, self.pickled,
         )
         if _all_stamped(self.stamps):
             plain = dumps_plain(columns, pickle.HIGHEST_PROTOCOL)
             if plain is not None:
                 return _from_plain, (plain,)
         return WorkBatch, columns
+
+    def pickled_each(self) -> tuple[WorkBatch, dict[int, str]]:
+        """This batch with each payload pickled on its own, and the payloads that do not
+        pickle (index -> the error's text; their payload is None)."""
+        payloads: list[bytes | None] = []
+        failed: dict[int, str] = {}
+        for index, payload in enumerate(self.payloads):
+            try:
+                payloads.append(pickle.dumps(payload, pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:
+                payloads.append(None)
+                failed[index] = _text(exc)
+        return replace(self, payloads=payloads, pickled=True), failed
+
+    def unpickled_each(self) -> tuple[WorkBatch, dict[int, str | None]]:
+        """A ``pickled`` batch with its payloads loaded, and those not to run (index ->
+        the load error's text; None: it failed in the parent already)."""
+        payloads: list[Any] = []
+        failed: dict[int, str | None] = {}
+        for index, data in enumerate(self.payloads):
+            if data is None:
+                failed[index] = None
+                payloads.append(None)
+                continue
+            try:
+                payloads.append(pickle.loads(data))
+            except Exception as exc:
+                failed[index] = _text(exc)
+                payloads.append(None)
+        return replace(self, payloads=payloads, pickled=False), failed
 
     def deliveries(self, handover: HandOver, deadline: float | None = None) -> list[Delivery[Any]]:
         """Rebuild the deliveries on the worker's side, all pending on ``handover``
@@ -148,9 +188,13 @@ class WorkBatch:
         out: list[Delivery[Any]] = list(map(
             Delivery, envelopes, repeat(handover, size), count(), attempts,
         ))
-        handover.pending = dict(enumerate(out)) if deadline is None else _Lease(
-            enumerate(out), deadline)
+        handover.hold(dict(enumerate(out)) if deadline is None else _Lease(
+            enumerate(out), deadline))
         return out
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__qualname__}: {exc}"
 
 
 def _all_stamped(stamps: Sequence[float | None] | float | None) -> bool:
@@ -237,7 +281,7 @@ class _Lease(dict[int, Delivery[Any]]):
 
     def _expire(self) -> None:
         for delivery in self.values():
-            delivery._set_nacked("timeout", None, timed_out=True)
+            delivery._lapse()
         self.clear()
 
 
@@ -250,7 +294,8 @@ class WorkerActor(Actor):
 
     Settlements made after the handler returned (from other threads) cannot reach the
     parent; those deliveries settle by their ack deadline, as do the ones the deadline
-    reached before the handler did (see `_Lease`).
+    reached before the handler did (see `_Lease`). The worker reports each hand-over's
+    start and the delivery it runs in its member's progress slot.
 
     Args:
         handler: the subscriber's handler (cloudpickled once, at spawn).
@@ -261,35 +306,62 @@ class WorkerActor(Actor):
         super().__init__()
         self._handler = handler
         self._auto_ack = auto_ack
+        self._slots: dict[tuple[str, int], SlotWriter] = {}
 
     def on_start(self) -> None:
-        # The process is the group's. A hand-over's deliveries (up to 4,096, and their
-        # envelopes) live through its batch: at the default first threshold (700) the
-        # collector walked and promoted them several times per batch.
+        # The process is the group's. A hand-over's deliveries and their envelopes live
+        # through its batch; a higher first threshold trades a larger young generation
+        # (memory) for fewer collections that walk a batch still in use. Re-measure with
+        # `python -m benchmarks --only pipeline_pool` when changing it.
         gc.set_threshold(WORKER_COLLECT_AFTER, *gc.get_threshold()[1:])
 
     def on_receive(self, message: Any) -> Any:
         """Handle one batch; answers the handler's time and the batch's size if all was
         acked, else the settlements."""
         batch: WorkBatch = message
+        failed: dict[int, str | None] = {}
+        if batch.pickled:
+            batch, failed = batch.unpickled_each()
         sink = _Collect()
         handover = HandOver(sink, batch.subscriber_id, batch.group)
         deliveries = batch.deliveries(handover, None if batch.ack_timeout is None else
                                       _deadline(time.monotonic(), batch.ack_timeout))
+        if failed:
+            for index in failed:
+                dict.pop(handover.pending, index, None)
+            deliveries = [d for d in deliveries if d._index not in failed]
+        slot = self._slot(batch.progress)
+        if slot is not None:  # after the lease's clock read: the parent's deadline is later
+            slot.start(batch.number)
         started = time.perf_counter()
-        run_handler(self._handler, self._auto_ack, handover, deliveries, log=False)
+        # A handler that ends the process (``sys.exit``) leaves its index in the slot.
+        run_handler(self._handler, self._auto_ack, handover, deliveries, log=False,
+                    progress=slot)
+        if slot is not None:
+            slot.done()
         elapsed = time.perf_counter() - started
         settled, sink.settled = sink.settled, []
         # Settled deliveries are answered for and leave no cycle behind (delivery ->
         # hand-over -> sink -> delivery): the batch is freed on return, not by the
-        # collector (which took 17% of a worker's CPU freeing every batch).
-        # Each settled one is acked unless the hand-over saw a nack (set before the
-        # nacked delivery is sent): no pass over them (~5% of this call per message).
-        if len(settled) == len(deliveries) and not handover.nacked:
+        # collector. Each settled one is acked unless the hand-over saw a nack (set
+        # before the nacked delivery is sent): no pass over them.
+        unloaded = [(i, text) for i, text in failed.items() if text is not None]
+        if not unloaded and len(settled) == len(deliveries) and not handover.nacked:
             return elapsed, len(deliveries)
-        return elapsed, [
+        replies: list[Settlement] = [
             (d._index, d._state is ACKED, d.reason, d.error, *_cause_of(d)) for d in settled
         ]
+        replies.extend((index, False, "error", text) for index, text in unloaded)
+        return elapsed, replies
+
+    def _slot(self, progress: tuple[str, int] | None) -> SlotWriter | None:
+        """The progress slot named ``progress`` (opened once per process)."""
+        if progress is None:
+            return None
+        slot = self._slots.get(progress)
+        if slot is None:
+            slot = self._slots[progress] = SlotWriter(*progress)
+        return slot
 
 
 def _cause_of(delivery: Delivery[Any]) -> tuple[tuple[str, str], ...]:

@@ -10,14 +10,21 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 from actors import Ref
-from runtime.core._envelope import TOPIC
-from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
+from actors.errors import ActorError, WorkerCrashedError
+from runtime.core._envelope import TOPIC, Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._tranche import Tranche
 from runtime.core.subscribers._group_mail import Credit
+from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
+
+# Puts a hand-over's messages back in its group: ``(envelope, attempt)`` each.
+Requeue = Callable[[HandOver, list[tuple[Envelope, int]]], None]
 
 __all__ = [
     "FIRST_BATCH", "HANDOVER_BYTES", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH",
@@ -33,9 +40,9 @@ PROCESS_HANDOVERS = 2
 # `HANDOVER_WORK` of handler time, between `SLOW_BATCH` and this. The first ones, sent
 # before the worker's handler time is known, hold `FIRST_BATCH` (a slow handler must not
 # get a batch that outlives its ack deadline). Each hand-over costs the parent a round
-# of thread wake-ups (answer, credit, the topic's gate, the Publisher's confirmation), and
-# a wake-up costs a thread ~20 µs of CPU on a 2-vCPU VM: 4,096 rather than 1,024 took
-# `pipeline_pool` from 348-367k to 381-394k msg/s (three alternated runs).
+# of thread wake-ups (answer, credit, the topic's gate, the Publisher's confirmation):
+# larger hand-overs trade latency and memory for fewer of them. Re-measure with
+# `python -m benchmarks --only pipeline_pool` when changing it.
 PROCESS_BATCH = 4096
 SLOW_BATCH = 256
 FIRST_BATCH = 4
@@ -49,14 +56,21 @@ HANDOVER_BYTES = 8 * 1024 * 1024
 _DEADLINE_SHARE = 0.25
 
 # Handler time under which a batch is not worth splitting across workers: a hand-over
-# costs the parent about 70 µs (build, pickle, pipe write, answer), so a split that
-# saves less than this in the slower half only adds hand-overs.
+# costs the parent its build, pickle, pipe write and answer, so a split that saves less
+# than this in the slower half only adds hand-overs (re-measure with `fanout_cpu`).
 SPLIT_WORTH = 200e-6
 _COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
 
 
 class ProcessEndpoint:
     """The group's view of one pool member: each batch is one ask to the worker.
+
+    A hand-over's ack deadline counts from when the worker starts it, which the worker
+    reports in the member's ``progress`` slot; if the worker dies, only the delivery
+    it was running settles ``worker_crashed`` and the rest go back to the group
+    (``requeue``) with their attempt numbers unchanged. A hand-over that does not pickle
+    whole, or does not unpickle whole in the worker, is sent again one payload at a time,
+    so the bad ones fail alone (``error``).
 
     Args:
         key: its endpoint key in the group.
@@ -66,16 +80,17 @@ class ProcessEndpoint:
         tracker: the tracker actor (settlements go there).
         prefetch: deliveries it may hold unsettled (None: two full hand-overs).
         ack_timeout: the topic's ack timeout (bounds a hand-over's expected run time).
-        renew: restarts a hand-over's ack deadline from now (the worker starts on it).
+        progress: the group's progress slots, and this member's slot in them.
+        requeue: puts a hand-over's unsettled messages back in the group.
     """
 
     handovers: int | None = PROCESS_HANDOVERS
     tranches = True
 
     def __init__(
-        self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref,
-        prefetch: int | None = None, ack_timeout: float | None = None,
-        renew: Callable[[HandOver], None] | None = None,
+        self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref, *,
+        progress: tuple[Progress, int], requeue: Requeue, prefetch: int | None = None,
+        ack_timeout: float | None = None,
     ) -> None:
         self.key = key
         self.subscriber_id = subscriber_id
@@ -84,7 +99,8 @@ class ProcessEndpoint:
         self._group = group
         self._tracker = tracker
         self._ack_timeout = ack_timeout
-        self._renew = renew
+        self._progress, self._slot = progress
+        self._requeue = requeue
         self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._since = 0.0  # when the worker began the first of them, about
         self._cost: float | None = None  # running handler seconds per message
@@ -110,8 +126,8 @@ class ProcessEndpoint:
     def left(self, unsettled: int) -> int:
         """Of its ``unsettled`` deliveries, those it has yet to finish, about: less what
         it did of its running hand-over since it began it, at its measured time per
-        delivery. Balanced by counts alone, a backlog's last hand-overs left one worker
-        idle while the other still ran a hand-over it had just begun."""
+        delivery (balanced by counts alone, a backlog's last hand-overs left one worker
+        idle while the other still ran a hand-over it had just begun)."""
         cost = self._cost
         if not cost or not self._running:
             return unsettled
@@ -123,6 +139,13 @@ class ProcessEndpoint:
         cost = self._cost
         return cost is not None and cost * count < SPLIT_WORTH
 
+    def prepare(self, handover: HandOver) -> None:
+        """Number ``handover`` for the worker, before the ledger gives it a deadline: the
+        deadline stays off until the worker reports that it started it."""
+        number = self._progress.next_number(self._slot)
+        cast(Tranche, handover).run_by_worker(
+            number, partial(self._progress.running_for, self._slot, number))
+
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the tranche (``handover``; ``deliveries`` is empty);
         settle from its answer (never blocks)."""
@@ -130,37 +153,51 @@ class ProcessEndpoint:
         envelopes = tranche.envelopes
         batch = WorkBatch.of_envelopes(
             self.subscriber_id, tranche.group or "", envelopes[0][TOPIC], envelopes,
-            tranche.attempts, self._ack_timeout,
+            tranche.attempts, self._ack_timeout, tranche.number,
+            (self._progress.path, self._slot),
         )
         self._size = payload_size(batch.payloads, self._size)
+        self._send(tranche, batch)
+
+    def _send(self, tranche: Tranche, batch: WorkBatch) -> None:
         try:
             future = self._worker.ask(batch, timeout=None)
-        except Exception as exc:  # e.g. a payload that does not pickle
-            self._fail(tranche, "error", str(exc) or type(exc).__name__)
+        except Exception as exc:  # a payload that does not pickle
+            if batch.pickled:
+                self._fail(tranche, "error", str(exc) or type(exc).__name__)
+            else:
+                self._send_each(tranche, batch)
             return
         if not self._running:
             self._since = time.monotonic()
         self._running.append(tranche)  # only the answer callbacks remove (one I/O thread)
-        future.add_done_callback(self._answered(tranche))
+        future.add_done_callback(self._answered(tranche, batch))
 
-    def _started_next(self, handover: HandOver) -> None:
-        """``handover`` was answered: the worker now runs the next one, whose ack
-        deadline starts over (it waited in the worker's mailbox until now)."""
-        running = self._running
-        if handover in running:
-            running.remove(handover)
-        if running:
-            self._since = time.monotonic()
-            if self._renew is not None:
-                self._renew(running[0])
+    def _send_each(self, tranche: Tranche, batch: WorkBatch) -> None:
+        """Send ``tranche`` again with each payload pickled alone; the ones that do not
+        pickle fail here, alone."""
+        each, failed = batch.pickled_each()
+        if failed:
+            deliveries = tranche.unpack()
+            settled = [deliveries[i] for i, text in failed.items()
+                       if deliveries[i]._settle_failed("error", text)]
+            if settled:
+                self._tracker.tell(settled)
+        if len(failed) == len(each.payloads):
+            self._group.tell(Credit(self.key, len(tranche.envelopes), 1))
+            return
+        self._send(tranche, each)
 
-    def _answered(self, tranche: Tranche) -> Callable[[Future[Any]], None]:
+    def _answered(self, tranche: Tranche, batch: WorkBatch) -> Callable[[Future[Any]], None]:
         def done(future: Future[Any]) -> None:
-            self._started_next(tranche)
+            running = self._running
+            if tranche in running:
+                running.remove(tranche)
+            if running:
+                self._since = time.monotonic()
             error = future.exception()
             if error is not None:
-                logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
-                self._fail(tranche, "worker_crashed", str(error))
+                self._failed(tranche, batch, error)
                 return
             elapsed, reply = future.result()
             size = len(tranche.envelopes)
@@ -172,17 +209,43 @@ class ProcessEndpoint:
             elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
                 self._tracker.tell(tranche)
                 self._group.tell(Credit(self.key, size, 1))
-            else:  # a deadline or the close sweep took some: settle the rest one by one
-                self._finish(_claim_acked(tranche, tranche.unpack()), size)
+            else:  # a deadline, the close sweep or a failed payload took some
+                self._finish(_claim_acked(tranche.unpack()), size)
 
         return done
 
-    def _fail(self, tranche: Tranche, reason: str, error: str) -> None:
-        settled = []
+    def _failed(self, tranche: Tranche, batch: WorkBatch, error: BaseException) -> None:
+        """The ask for ``batch`` failed: the worker died, or the batch did not load there."""
+        if isinstance(error, WorkerCrashedError) or not isinstance(error, Exception):
+            # It died, or a handler is ending it (``sys.exit`` reaches the parent first).
+            logger.info("worker of subscriber %s crashed: %r", self.subscriber_id, error)
+            self._crashed(tranche, batch.number, str(error) or type(error).__name__)
+        elif isinstance(error, ActorError) or batch.pickled:
+            logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
+            self._fail(tranche, "worker_crashed", str(error))
+        else:  # it did not unpickle whole in the worker, which ran none of it
+            self.prepare(tranche)  # a new number: it goes behind what the worker holds
+            self._send_each(tranche, replace(batch, number=tranche.number))
+
+    def _crashed(self, tranche: Tranche, number: int, error: str) -> None:
+        """Only the delivery the worker was running settles ``worker_crashed`` (an
+        attempt); the rest go back to the group as they were (the deadline and the
+        close sweep may have taken some)."""
+        running = self._progress.running_index(self._slot, number)
+        crashed: list[Delivery[Any]] = []
+        back: list[tuple[Envelope, int]] = []
         for delivery in tranche.unpack():
-            if delivery._claim():
-                delivery._set_nacked(reason, error)
-                settled.append(delivery)
+            if delivery._index == running:
+                if delivery._settle_failed("worker_crashed", error):
+                    crashed.append(delivery)
+            elif delivery._withdraw():
+                back.append((delivery._envelope, delivery._attempt))
+        if back:
+            self._requeue(tranche, back)
+        self._finish(crashed, len(tranche.envelopes))
+
+    def _fail(self, tranche: Tranche, reason: str, error: str) -> None:
+        settled = [d for d in tranche.unpack() if d._settle_failed(reason, error)]
         self._finish(settled, len(tranche.envelopes))
 
     def _finish(self, settled: list[Delivery[Any]], count: int) -> None:
@@ -202,13 +265,9 @@ def payload_size(payloads: Sequence[Any], previous: int | None) -> int | None:
     return size if previous is None else previous + int((size - previous) * _COST_WEIGHT)
 
 
-def _claim_acked(handover: HandOver, deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:
+def _claim_acked(deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:
     """Claim every delivery the parent still holds as acked (their deadline may have won)."""
-    pop = handover.pending.pop
-    claimed = [d for d in deliveries if pop(d._index, None) is not None]
-    for delivery in claimed:
-        delivery._state = ACKED
-    return claimed
+    return [d for d in deliveries if d._settle_acked()]
 
 
 def _claim_settled(
@@ -218,15 +277,13 @@ def _claim_settled(
     settled = []
     for index, acked, reason, text, *cause in settlements:
         delivery = deliveries[index]
-        if not delivery._claim():
-            continue  # its deadline or the close sweep won
         if acked:
-            delivery._state = ACKED
+            won = delivery._settle_acked()
         else:
-            delivery._set_nacked(reason or "nack", text)
-            if cause:
-                delivery._cause = cause[0]
+            won = delivery._settle_failed(reason or "nack", text, cause[0] if cause else None)
+            if won and cause:
                 logger.warning("handler raised on %r in a worker process:\n%s", delivery,
                                cause[0][1])
-        settled.append(delivery)
+        if won:  # else its deadline or the close sweep won
+            settled.append(delivery)
     return settled

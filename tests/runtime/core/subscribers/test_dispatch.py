@@ -223,11 +223,11 @@ def test_a_burst_of_keyed_chunks_reaches_each_key_s_member_in_publish_order() ->
 
 def _sorting_group(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], _Recorder, _Recorder, Any]:
     """A bare group of two recorders, and the size of each chunk it sorts by key."""
-    from runtime.core.subscribers import _backlog
+    from runtime.core.subscribers import _group
 
     calls: list[int] = []
-    sort = _backlog.sort_by_key
-    monkeypatch.setattr(_backlog, "sort_by_key",
+    sort = _group.sort_by_key
+    monkeypatch.setattr(_group, "sort_by_key",
                         lambda envelopes, *rest: calls.append(len(envelopes)) or sort(envelopes, *rest))
     first, second = _Recorder(1, window=64), _Recorder(2, window=64)
     return calls, first, second, _bare_group(first, second)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from runtime import Bus
 from runtime.core.subscribers._gate import Gate
 from runtime.errors import WouldBlock
 
@@ -153,3 +154,42 @@ def test_room_the_members_free_wakes_a_waiting_chunk() -> None:
         publisher.join(timeout=10)
 
     assert taken.is_set() and gate.used == 5
+
+
+def test_handing_on_uses_up_the_lent_room_with_the_queue_room() -> None:
+    gate = Gate(1)
+    gate.lend(32, 32)
+    assert gate.try_acquire(100, keyed=False) == 33
+
+    gate.hand_on(32)  # the group handed 32 to the member its room was lent by
+
+    assert gate.try_acquire(100, keyed=False) == 0  # the member's room is taken, not free
+    assert (gate.used, gate.lent) == (1, 0)
+
+
+@pytest.mark.parametrize(("capacity", "prefetch"), [(1, None), (3, 4)])
+def test_a_stuck_thread_member_lets_exactly_capacity_plus_prefetch_through(
+    capacity: int, prefetch: int | None,
+) -> None:
+    bound = capacity + (32 if prefetch is None else prefetch)
+    counts = [_accepted_past_a_stuck_member(capacity, prefetch, bound + 1) for _ in range(5)]
+
+    assert counts == [bound] * 5  # the bound holds in every run
+
+
+def _accepted_past_a_stuck_member(capacity: int, prefetch: int | None, most: int) -> int:
+    """How many publishes a group whose one member is stuck takes before `WouldBlock`."""
+    release = threading.Event()
+    accepted = 0
+    with Bus() as bus:
+        topic = bus.create_topic("t", balanced_capacity=capacity)
+        topic.subscribe(lambda d: release.wait(30), group="g", auto_ack=True, prefetch=prefetch)
+        try:
+            while accepted < most:
+                topic.publish(accepted, timeout=0.3)
+                accepted += 1
+        except WouldBlock:
+            return accepted
+        finally:
+            release.set()
+    raise AssertionError(f"{accepted} publishes went through without WouldBlock")

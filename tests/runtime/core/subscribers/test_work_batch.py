@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import pickle
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,6 +18,7 @@ from runtime.core._envelope import Envelope
 from runtime.core._message import NO_ATTRIBUTES
 from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
 from runtime.core.settlement._tranche import Tranche
+from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._workers import (
     FIRST_BATCH,
     HANDOVER_BYTES,
@@ -246,7 +248,7 @@ def test_a_count_settles_only_what_the_parent_still_holds() -> None:
     handover, deliveries = handed_over(PLAIN, PUBLISHED, PLAIN)
     assert deliveries[1]._expire("timeout")  # its deadline won before the answer came
 
-    claimed = _claim_acked(handover, deliveries)
+    claimed = _claim_acked(deliveries)
 
     assert claimed == [deliveries[0], deliveries[2]]
     assert [d.state for d in deliveries] == [ACKED, NACKED, ACKED]
@@ -287,8 +289,22 @@ def test_cheap_members_take_whole_chunks_in_turn() -> None:
     assert (first.sizes, second.sizes) == ([100, 100], [100, 100])
 
 
-def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap() -> None:
-    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+@pytest.fixture
+def progress() -> Iterator[Progress]:
+    slots = Progress(1)
+    yield slots
+    slots.close()
+
+
+def _endpoint(progress: Progress, worker: Any = None, **settings: Any) -> ProcessEndpoint:
+    return ProcessEndpoint(
+        1, 1, worker, None, None,  # type: ignore[arg-type]
+        progress=(progress, 0), requeue=lambda handover, items: None, **settings,
+    )
+
+
+def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap(progress: Progress) -> None:
+    endpoint = _endpoint(progress)
 
     assert not endpoint.prefers_whole(1)  # no batch answered yet: split
     endpoint._cost = 1e-6
@@ -297,8 +313,8 @@ def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap() -> No
     assert not endpoint.prefers_whole(2)
 
 
-def test_a_worker_s_load_is_what_it_has_not_done_of_its_running_hand_over() -> None:
-    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+def test_a_worker_s_load_is_what_it_has_not_done_of_its_running_hand_over(progress: Progress) -> None:
+    endpoint = _endpoint(progress)
     endpoint._running = [object()]  # type: ignore[list-item]
     endpoint._since = time.monotonic()
     unknown = endpoint.left(100)  # its handler's time not known yet
@@ -313,8 +329,8 @@ def test_a_worker_s_load_is_what_it_has_not_done_of_its_running_hand_over() -> N
     assert (unknown, done, begun, idle) == (100, 0, 100, 100)
 
 
-def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds() -> None:
-    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds(progress: Progress) -> None:
+    endpoint = _endpoint(progress)
     assert endpoint.cap() == FIRST_BATCH  # the handler's time is not known yet
     assert endpoint.window == 2 * PROCESS_BATCH
 
@@ -325,13 +341,13 @@ def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds() -> Non
     assert sizes == [PROCESS_BATCH, int(HANDOVER_WORK / 1e-5), SLOW_BATCH, SLOW_BATCH]
     assert SLOW_BATCH < sizes[1] < PROCESS_BATCH  # ~500: 5 ms of 10 µs messages
 
-    bounded = ProcessEndpoint(1, 1, None, None, None, ack_timeout=0.1)  # type: ignore[arg-type]
+    bounded = _endpoint(progress, ack_timeout=0.1)
     bounded._cost = 1e-3  # a quarter of the ack timeout holds 25 such messages
     assert bounded.cap() == 25
 
 
-def test_a_hand_over_of_large_payloads_holds_about_8_mib() -> None:
-    endpoint = ProcessEndpoint(1, 1, None, None, None)  # type: ignore[arg-type]
+def test_a_hand_over_of_large_payloads_holds_about_8_mib(progress: Progress) -> None:
+    endpoint = _endpoint(progress)
     endpoint._cost = 1e-6  # cheap: 1,024 messages by time alone
 
     endpoint._size = payload_size([b"x" * 100, b"y" * 100], None)
@@ -364,9 +380,9 @@ class _Unanswered:
         return Future()
 
 
-def test_each_hand_over_updates_the_payload_estimate() -> None:
+def test_each_hand_over_updates_the_payload_estimate(progress: Progress) -> None:
     worker = _Unanswered()
-    endpoint = ProcessEndpoint(1, 1, worker, None, None)  # type: ignore[arg-type]
+    endpoint = _endpoint(progress, worker)
     envelopes: list[Envelope] = [(n, str(n), b"x" * 4000, None, None, "t", 1.0) for n in range(3)]
 
     endpoint.push(Tranche(None, 1, "g", envelopes), [])

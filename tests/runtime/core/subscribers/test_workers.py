@@ -15,6 +15,7 @@ import psutil
 from runtime import BatchSettings, Bus, Delivery, Nack
 from runtime.core.subscribers._work_batch import WORKER_COLLECT_AFTER
 from runtime.core.subscribers._workers import PROCESS_BATCH
+from runtime.errors import WouldBlock
 
 
 def _burn(delivery: Delivery[int]) -> int:
@@ -146,9 +147,11 @@ def _wait_for_workers(bus: Bus, count: int, timeout: float = 20.0) -> set[int]:
     return pids
 
 
-def test_a_worker_process_collects_after_a_whole_hand_over_not_after_700(
+def test_a_worker_process_collects_after_a_whole_hand_over_not_at_the_default(
     tmp_path: Path,
 ) -> None:
+    parents = gc.get_threshold()
+
     def record_threshold(delivery: Delivery[int]) -> None:
         (tmp_path / f"{os.getpid()}-{gc.get_threshold()[0]}").touch()
 
@@ -162,4 +165,24 @@ def test_a_worker_process_collects_after_a_whole_hand_over_not_after_700(
     thresholds = {int(p.name.split("-")[1]) for p in tmp_path.iterdir()}
     assert thresholds == {WORKER_COLLECT_AFTER}
     assert WORKER_COLLECT_AFTER > 2 * PROCESS_BATCH  # a delivery and its envelope each
-    assert gc.get_threshold()[0] == 700  # the parent's collector is the application's
+    assert gc.get_threshold() == parents  # the parent's collector is the application's
+
+
+def test_a_stuck_worker_group_that_blocks_publishes_is_named_by_held_by() -> None:
+    def stuck(delivery: Delivery[int]) -> None:
+        threading.Event().wait(30)  # never set: the worker holds its hand-over
+
+    with Bus() as bus:
+        topic = bus.create_topic("orders", balanced_capacity=2)
+        topic.subscribe(stuck, group="billing", workers=1)
+        accepted = 0
+        try:
+            while accepted < 1_000:
+                topic.publish(accepted, timeout=0.3)
+                accepted += 1
+        except WouldBlock:
+            held = topic.held_by()
+        else:
+            raise AssertionError("a stuck worker group took 1,000 publishes")
+
+    assert held is not None and held.startswith("group 'billing' of topic 'orders' is full")
