@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runtime.broker._protocol import check_timeout, plain_letter
 from runtime.broker._publish_wait import PublishWaiting
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
@@ -42,7 +43,7 @@ def join_group(topic: Any, group: str) -> Any:
     return topic._lease_member(group, LEASE_PREFETCH)
 
 
-class BrokerService(PublishWaiting):
+class BrokerService:
     """Bus operations shared by every connection of one server; thread-safe.
 
     Args:
@@ -59,10 +60,9 @@ class BrokerService(PublishWaiting):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bus = bus
-        self._publish_timeout = publish_timeout
         self._clock = clock
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
+        self._publishing = PublishWaiting(bus, publish_timeout=publish_timeout, clock=clock)
         self._leases: dict[LeaseKey, LeaseLog] = {}
         self._staging: StagingArea[Stamped] = StagingArea(clock=clock)
 
@@ -83,12 +83,34 @@ class BrokerService(PublishWaiting):
         return dict(self._bus.held_by())
 
     def dead_letters(self, name: str) -> list[Any]:
-        """A snapshot of topic ``name``'s dead letters, oldest first."""
+        """A snapshot of topic ``name``'s dead letters, oldest first, as they cross."""
+        return [plain_letter(letter) for letter in self._bus.dead_letters(name)]
+
+    def held_dead_letters(self, name: str) -> list[Any]:
+        """A snapshot of topic ``name``'s dead letters, oldest first: the queue's own
+        objects (what `remove_dead_letters` takes)."""
         return list(self._bus.dead_letters(name))
 
-    def drain_dead_letters(self, name: str) -> list[Any]:
-        """Empty topic ``name``'s dead letters; returns what they held, oldest first."""
-        return list(self._bus.dead_letters(name).drain())
+    def remove_dead_letters(self, name: str, letters: list[Any]) -> int:
+        """Remove exactly ``letters`` (from `held_dead_letters`) from topic ``name``'s
+        dead letters; returns how many were still there."""
+        return int(self._bus.dead_letters(name).remove(letters))
+
+    def publish(
+        self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> str:
+        """``topic.publish``; returns the message id (see `PublishWaiting.publish`).
+
+        Raises:
+            TypeError, ValueError: ``timeout`` is not a finite number or None.
+        """
+        check_timeout("timeout", timeout)
+        return self._publishing.publish(name, message, key, attributes, timeout)
+
+    def stop_waiting(self) -> None:
+        """The server is closing: blocked publishes give up (`TopicClosedError`)."""
+        self._publishing.stop_waiting()
 
     def replay_dead_letters(self, name: str, target: str | None) -> int:
         """Republish topic ``name``'s dead letters (to ``target``, default the same topic)."""
@@ -98,7 +120,7 @@ class BrokerService(PublishWaiting):
         """Publish `Message` objects as one batch; returns their ids in order."""
         if not all(type(m) is Message for m in messages):
             raise TypeError("publish_batch takes a list of Message")
-        return self._publish_parts(self._bus.topic(name), *parts_of(messages))
+        return self._publishing.publish_parts(self._bus.topic(name), *parts_of(messages))
 
     def lease_position(self, name: str, group: str, consumer: str, lease_seconds: float) -> int:
         """The consumer's first unacked offset (where a fresh query starts)."""
@@ -178,7 +200,7 @@ class BrokerService(PublishWaiting):
         """Publish the listed parts of (producer, batch) once; False when already done."""
         topic = self._bus.topic(name)
         return self._staging.commit(
-            (name, producer), batch, parts, lambda staged: self._publish_rows(topic, staged)
+            (name, producer), batch, parts, lambda staged: self._publishing.publish_rows(topic, staged)
         )
 
     def abort(self, name: str, producer: str, batch: str) -> int:
@@ -218,6 +240,9 @@ class BrokerService(PublishWaiting):
             log.close()
 
     def _lease(self, name: str, group: str, consumer: str, lease_seconds: float) -> LeaseLog:
+        check_timeout("lease_seconds", lease_seconds)
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
         key = (name, group, consumer)
         with self._lock:
             log = self._leases.get(key)
