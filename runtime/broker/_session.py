@@ -192,13 +192,18 @@ class Session:
         """Wake the session's thread wherever it blocks, so it ends (from another thread)."""
         with self._lock:
             self._interrupted = True
+        self._throttle.wake()  # waiting for its handshake's turn
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Shut the socket down both ways: whoever blocks on it wakes (it stays open)."""
+        with self._lock:
             if self.connection.closed:
                 return
             try:
                 sock = socket.socket(fileno=os.dup(self.connection.fileno()))
             except OSError:
                 return
-        self._throttle.wake()  # waiting for its handshake's turn
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -390,14 +395,17 @@ class Session:
     def _end(self) -> None:
         with self._lock:
             self._ended = True
-            self.connection.close()
             subscriptions, self._subscriptions = list(self._subscriptions.values()), {}
         for subscription in subscriptions:
             _quietly(subscription.unsubscribe)  # a receive waiting on one wakes
         if self._receiver is not None:
+            # A reply the receiver is sending fails at once; the socket is closed only
+            # once it ended, so it never writes to a descriptor reused meanwhile.
+            self._shut_down()
             self._receives.put(_STOP)
             self._receiver.join(_RECEIVER_JOIN)
         with self._lock:
+            self.connection.close()
             deliveries, self._deliveries = list(self._deliveries.values()), {}
         for delivery in deliveries:
             _quietly(lambda d=delivery: d.nack(LOST_REASON))  # type: ignore[misc]
