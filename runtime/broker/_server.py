@@ -28,7 +28,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from runtime.broker._client import Address, authkey_bytes, parse_address, spelled
-from runtime.broker._protocol import wire_types
+from runtime.broker._protocol import check_timeout, wire_types
 from runtime.broker._service import BrokerService
 from runtime.broker._session import Session
 from runtime.broker._throttle import HandshakeThrottle
@@ -86,8 +86,11 @@ class BusServer:
     ) -> None:
         if max_connections < 1 or max_frame_size < 1024:
             raise ValueError("max_connections must be >= 1 and max_frame_size >= 1024")
-        if idle_timeout is not None and idle_timeout <= 0:
-            raise ValueError(f"idle_timeout must be > 0 or None, got {idle_timeout!r}")
+        for name, value in (("handshake_timeout", handshake_timeout), ("idle_timeout", idle_timeout),
+                            ("sweep_interval", sweep_interval)):
+            check_timeout(name, value)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
         self._authkey = authkey_bytes(authkey)
         self._limits = (max_connections, max_frame_size, handshake_timeout)
         self._idle_timeout = idle_timeout

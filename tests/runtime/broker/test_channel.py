@@ -251,3 +251,10 @@ def test_closing_the_channel_fails_a_waiting_call(bus: Bus, server: BusServer) -
     assert not waiting.is_alive()
     assert [type(f) for f in failures] in ([ConnectionError], [TopicClosedError])
     assert CALL_ID.size == 8
+
+
+@pytest.mark.parametrize("limit", ["handshake_timeout", "idle_timeout", "sweep_interval"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.0])
+def test_server_limits_must_be_finite_and_positive(bus: Bus, limit: str, value: float) -> None:
+    with pytest.raises(ValueError, match=limit):
+        serve(bus, authkey=KEY, **{limit: value})
