@@ -96,6 +96,7 @@ class Channel:
             subscription): those see `ConnectionError` instead.
 
     Raises:
+        TypeError, ValueError: ``connect_timeout`` is not a finite number > 0.
         multiprocessing.AuthenticationError: the key is wrong.
         BrokerTimeoutError: no connection, or no answer to the challenge, within
             ``connect_timeout`` (a `TimeoutError`; it names the address).
@@ -113,6 +114,8 @@ class Channel:
         reconnect: bool = True,
     ) -> None:
         check_timeout("connect_timeout", connect_timeout)
+        if connect_timeout is None or connect_timeout <= 0:
+            raise ValueError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
         self.address = parse_address(address)
         self._authkey = authkey_bytes(authkey)
         self._connect_timeout = connect_timeout

@@ -258,3 +258,9 @@ def test_closing_the_channel_fails_a_waiting_call(bus: Bus, server: BusServer) -
 def test_server_limits_must_be_finite_and_positive(bus: Bus, limit: str, value: float) -> None:
     with pytest.raises(ValueError, match=limit):
         serve(bus, authkey=KEY, **{limit: value})
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, None])
+def test_a_connect_timeout_must_be_finite_and_positive(server: BusServer, value: float | None) -> None:
+    with pytest.raises(ValueError, match="connect_timeout"):
+        Channel(server.address, KEY, connect_timeout=value)  # type: ignore[arg-type]
