@@ -122,14 +122,17 @@ class Channel:
         self._registry = registry if registry is not None else wire_types()
         self._max_frame_size = max_frame_size
         self._reconnect = reconnect
-        # `_state` guards the connection, the reply slots and who reads; `_sending`
-        # orders whole frames on the socket (a sender never holds `_state`, so a long
-        # send cannot stop the reader from handing replies out).
-        self._state = threading.Condition(threading.Lock())
+        # `_lock` guards the connection, the reply slots, who reads and the counts below;
+        # `_changed` (on that lock) wakes calls waiting for a reader. `_sending` orders
+        # whole frames on the socket: a sender never holds `_lock`, so a long send
+        # cannot stop the reader from handing replies out.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._sending = threading.Lock()
         self._replies: dict[int, Any] = {}
         self._reading = False
-        self._users = 0  # threads sending on or reading the connection: the last one closes it
+        self._sleepers = 0  # calls waiting on `_changed`
+        self._users = 0  # calls in flight on the connection: the last one out closes it
         self._ids = itertools.count(1)
         self._connection: Connection | None = _open(self.address, self._authkey, connect_timeout)
         self._max_request = max_frame_size
@@ -173,22 +176,33 @@ class Channel:
         """
         check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._state:
+        with self._lock:
             call_id = next(self._ids)
         payload = framed(call_id, (operation, args), self._max_request, operation)
-        with self._state:
+        with self._lock:
             connection = self._usable_connection()
             self._replies[call_id] = _WAITING
+            self._users += 1
         try:
-            self._send(connection, payload, operation)
+            try:
+                with self._sending:
+                    connection.send_bytes(payload)
+            except OSError as exc:
+                with self._lock:
+                    self._break(connection)
+                raise ConnectionError(f"broker connection lost sending {operation!r}") from exc
             body = self._reply(call_id, connection, deadline, operation, timeout)
         finally:
-            with self._state:
+            with self._lock:
                 del self._replies[call_id]
+                self._users -= 1
+                if not self._users and self._connection is not connection:
+                    connection.close()  # retired while this call used it: the last one out
         try:
             status, value = decode(body, self._registry)
         except MalformedFrameError as exc:
-            self._break(connection)
+            with self._lock:
+                self._break(connection)
             raise ConnectionError(f"the broker at {spelled(self.address)} sent garbage "
                                   f"answering {operation!r}: {exc}") from None
         except FrameRefusedError as exc:  # read whole and by its id: still in step
@@ -199,29 +213,15 @@ class Channel:
             raise value
         return value
 
-    def _send(self, connection: Connection, payload: bytes, operation: str) -> None:
-        with self._state:
-            self._users += 1
-        try:
-            with self._sending:
-                connection.send_bytes(payload)
-        except OSError as exc:
-            with self._state:
-                self._break(connection)
-            raise ConnectionError(f"broker connection lost sending {operation!r}") from exc
-        finally:
-            with self._state:
-                self._release(connection)
-
     def _reply(
         self, call_id: int, connection: Connection, deadline: float | None, operation: str,
         timeout: float | None,
     ) -> bytes:
         """Block until the reply of ``call_id`` arrives (its pickle); read for everyone
         while no other thread does."""
-        with self._state:
+        with self._lock:
             while True:
-                reply = self._replies.get(call_id, _WAITING)
+                reply = self._replies[call_id]
                 if reply is not _WAITING:
                     return reply  # type: ignore[no-any-return]
                 if self._connection is not connection:
@@ -231,16 +231,19 @@ class Channel:
                     self._break(connection)
                     raise TimeoutError(f"broker did not answer {operation!r} within {timeout}s")
                 if self._reading:
-                    self._state.wait(remaining)
+                    self._sleepers += 1
+                    try:
+                        self._changed.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
                 else:
                     self._read_one(connection, remaining)
 
     def _read_one(self, connection: Connection, timeout: float | None) -> None:
-        """Read one reply (or wait ``timeout``) and put it in its call's slot (``_state``
+        """Read one reply (or wait ``timeout``) and put it in its call's slot (``_lock``
         held on entry and exit, released while reading)."""
         self._reading = True
-        self._users += 1
-        self._state.release()
+        self._lock.release()
         frame: bytes | None = None
         broken = False
         try:
@@ -249,12 +252,12 @@ class Channel:
         except (EOFError, OSError):
             broken = True  # closed, reset, or a frame over max_frame_size: out of step
         finally:
-            self._state.acquire()
+            self._lock.acquire()
             self._reading = False
-            self._state.notify_all()
+            if self._sleepers:
+                self._changed.notify_all()
             if broken:
                 self._break(connection)
-            self._release(connection)
         if frame is None:
             return
         try:
@@ -268,7 +271,7 @@ class Channel:
             logger.debug("broker: dropped the reply to abandoned call %d", call_id)
 
     def _usable_connection(self) -> Connection:
-        """The connection, reopened first when the server ended it while idle (``_state``
+        """The connection, reopened first when the server ended it while idle (``_lock``
         held).
 
         With no call in flight the server never writes, so a readable connection means
@@ -285,30 +288,25 @@ class Channel:
 
     def close(self) -> None:
         """Close the connection (calls in flight fail with `ConnectionError`); idempotent."""
-        with self._state:
+        with self._lock:
             connection = self._connection
             if connection is not None:
                 self._break(connection)
 
     def _break(self, connection: Connection) -> None:
-        """Retire ``connection`` (``_state`` held): waiting calls fail with `ConnectionError`.
+        """Retire ``connection`` (``_lock`` held): waiting calls fail with `ConnectionError`.
 
-        Threads still sending on it or reading it are woken by a shutdown, and the last
-        of them closes it (`_release`): closing a descriptor another thread uses could
+        While calls are in flight on it, a shutdown wakes the one reading or sending,
+        and the last call out closes it: closing a descriptor another thread uses could
         close a reused one.
         """
         if self._connection is connection:
             self._connection = None
-            self._state.notify_all()
+            if self._sleepers:
+                self._changed.notify_all()
         if self._users:
             _shutdown(connection)
         else:
-            connection.close()
-
-    def _release(self, connection: Connection) -> None:
-        """One thread stopped using ``connection`` (``_state`` held)."""
-        self._users -= 1
-        if not self._users and self._connection is not connection:
             connection.close()
 
     def __enter__(self) -> Channel:
