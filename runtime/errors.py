@@ -12,14 +12,17 @@ arguments it was built with in ``args`` and builds its text in ``__str__``.
     ├── MessageTypeError         (also TypeError) the message is not of the topic's type
     ├── SettlementError          (also RuntimeError) the delivery was already settled
     ├── WouldBlock               a non-blocking call (or a bounded wait) could not proceed
-    └── PublishError             a Publisher refused or failed a message; ``.code`` is gRPC's
-        ├── FlowControlError         code 8: flow-control limits exceeded
-        └── OrderingKeyPausedError   code 9: the ordering key is paused after a failure
+    ├── PublishError             a Publisher refused or failed a message; ``.code`` is gRPC's
+    │   ├── FlowControlError         code 8: flow-control limits exceeded
+    │   └── OrderingKeyPausedError   code 9: the ordering key is paused after a failure
+    └── BrokerTimeoutError       (also TimeoutError) no connection or handshake in time; names
+                                 the broker's address
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BrokerTimeoutError",
     "BusError",
     "FlowControlError",
     "InvalidSettingsError",
@@ -182,3 +185,19 @@ class OrderingKeyPausedError(PublishError):
 
     def __str__(self) -> str:
         return f"Publishing paused for ordering key: {self.args[0]}"
+
+
+class BrokerTimeoutError(BusError, TimeoutError):
+    """Connecting to a broker timed out: nothing accepted, or no handshake in time.
+
+    Args:
+        address: the broker's ``host:port``.
+        detail: what did not happen in time.
+    """
+
+    def __init__(self, address: str = "", detail: str = "") -> None:
+        super().__init__(address, detail)
+
+    def __str__(self) -> str:
+        address, detail = self.args
+        return f"broker at {address}: {detail or 'timed out'}"

@@ -4,8 +4,8 @@
 with no timeout, so one silent peer would stall every later connection. The broker
 accepts without a key and runs the same challenge (both directions, the standard
 functions) in the connection's own thread, through a view of the connection whose
-reads give up when the deadline passes. No frame is read before both sides proved
-they hold the key.
+reads give up when the deadline passes (`TimeoutError`: a silent or slow peer is not a
+wrong key). No frame is read before both sides proved they hold the key.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class _Deadline:
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
         remaining = self._deadline - time.monotonic()
         if remaining <= 0 or not self._connection.poll(remaining):
-            raise AuthenticationError("authentication timed out")
+            raise TimeoutError("no answer to the key challenge in time")
         return self._connection.recv_bytes(maxlength or _CHALLENGE_FRAME)
 
 
@@ -51,7 +51,8 @@ def authenticate_server(
     never return before ``on_proven`` ran, since it waits for that answer.
 
     Raises:
-        AuthenticationError: wrong key, or no answer within ``timeout`` seconds.
+        AuthenticationError: wrong key.
+        TimeoutError: no answer within ``timeout`` seconds.
         EOFError, OSError: the peer went away or sent a malformed frame.
     """
     view = _Deadline(connection, timeout)
@@ -64,7 +65,8 @@ def authenticate_client(connection: Connection, authkey: bytes, timeout: float) 
     """Answer the server's challenge, then challenge it (the client's side).
 
     Raises:
-        AuthenticationError: wrong key, or no answer within ``timeout`` seconds.
+        AuthenticationError: wrong key.
+        TimeoutError: no answer within ``timeout`` seconds.
         EOFError, OSError: the server went away (for example: it is full).
     """
     view = _Deadline(connection, timeout)

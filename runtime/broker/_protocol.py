@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,9 @@ from runtime.core.settlement._dead_letters import DeadLetter
 
 __all__ = [
     "DeliveryFrame",
+    "check_timeout",
+    "plain_letter",
+    "plain_message",
     "transferable",
     "untransferable",
     "wire_error",
@@ -67,6 +71,44 @@ def wire_types(allow: Iterable[type] = ()) -> TypeRegistry:
     types += [t for t in vars(errors).values()
               if isinstance(t, type) and issubclass(t, errors.BusError)]
     return TypeRegistry(types, allow)
+
+
+def check_timeout(name: str, value: object) -> None:
+    """Refuse a timeout no wait can honour, before anything is sent.
+
+    None (no bound) and finite numbers pass; a number <= 0 means "do not wait".
+
+    Raises:
+        TypeError: not a number (``bool`` included).
+        ValueError: NaN or infinite.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds or None, got {type(value).__qualname__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite (or None for no bound), got {value!r}")
+
+
+def plain_message(message: Any) -> Any:
+    """``message`` as it crosses: a `Message` whose attributes are not a plain `dict`
+    (a subclass, such as the shared read-only empty attributes of a message published
+    without any) becomes a copy with a plain one; anything else is itself.
+
+    The allow-list reads no dict subclass, and the attributes are a mapping of `str` to
+    `str` whatever their class, so they cross as a `dict` rather than refuse the message.
+    """
+    if type(message) is Message and type(message.attributes) is not dict:
+        return dataclasses.replace(message, attributes=dict(message.attributes))
+    return message
+
+
+def plain_letter(letter: DeadLetter) -> DeadLetter:
+    """``letter`` as it crosses: its message and attributes as `plain_message` says."""
+    message = plain_message(letter.message)
+    if message is letter.message and type(letter.attributes) is dict:
+        return letter
+    return dataclasses.replace(letter, message=message, attributes=dict(letter.attributes))
 
 
 def untransferable(

@@ -1,9 +1,10 @@
 """A broker's publishes: waiting on the topic's backpressure without outliving the server.
 
 `BrokerService` publishes for its connections (one message, a batch, a Spark commit's
-staged rows). Those calls block while the topic applies backpressure; they wait in
-slices of `WAIT_SLICE`, so a server that is closing releases them at once
-(`TopicClosedError`), and a batch publish that times out says what holds the topic.
+staged rows) through the `PublishWaiting` it holds. Those calls block while the topic
+applies backpressure; they wait in slices of `WAIT_SLICE`, so a server that is closing
+releases them at once (`TopicClosedError`), and a batch publish that times out says what
+holds the topic.
 """
 
 from __future__ import annotations
@@ -32,12 +33,19 @@ def dead_letter(topic: Any, message: Message, error: str) -> None:
 
 
 class PublishWaiting:
-    """The publishing half of `BrokerService` (a mixin over its bus, clock and timeout)."""
+    """How a broker's publishes wait on backpressure; thread-safe.
 
-    _bus: Any
-    _clock: Callable[[], float]
-    _publish_timeout: float
-    _stopping: threading.Event
+    Args:
+        bus: the served `Bus`.
+        publish_timeout: bound of one batch publish (backpressure included).
+        clock: the time source of the waits.
+    """
+
+    def __init__(self, bus: Any, *, publish_timeout: float, clock: Callable[[], float]) -> None:
+        self._bus = bus
+        self._publish_timeout = publish_timeout
+        self._clock = clock
+        self._stopping = threading.Event()
 
     def publish(
         self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
@@ -67,7 +75,7 @@ class PublishWaiting:
         """The server is closing: blocked publishes give up (`TopicClosedError`)."""
         self._stopping.set()
 
-    def _hand_over_rows(self, topic: Any, staged: list[Stamped]) -> tuple[list[Future[Sequence[str]]], int]:
+    def hand_over_rows(self, topic: Any, staged: list[Stamped]) -> tuple[list[Future[Sequence[str]]], int]:
         """Dead-letter the rejected rows of a commit and tell the topic to publish the
         rest; never blocks. Returns the futures of the publish and the rows told."""
         for message, error in (pair for part in staged for pair in part.rejected):
@@ -77,16 +85,17 @@ class PublishWaiting:
         return [topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
                 for i in range(0, len(envelopes), _PUBLISH_CHUNK)], len(envelopes)
 
-    def _publish_parts(
+    def publish_parts(
         self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
         keys: list[str | None],
     ) -> list[str]:
-        return self._wait_published(topic, len(datas), [
+        """Publish a batch given as its parts; returns the ids in order."""
+        return self.wait_published(topic, len(datas), [
             topic._publish_parts(datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
                                  keys[i:i + _PUBLISH_CHUNK])
             for i in range(0, len(datas), _PUBLISH_CHUNK)])
 
-    def _wait_published(
+    def wait_published(
         self, topic: Any, count: int, futures: list[Future[Sequence[str]]], *,
         keep_ids: bool = True,
     ) -> list[str]:

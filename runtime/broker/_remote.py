@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel, authkey_bytes
-from runtime.broker._protocol import wire_types
+from runtime.broker._protocol import check_timeout, plain_message, wire_types
 from runtime.broker._remote_subscription import RemotePullSubscription
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
 from runtime.core._message import Message
@@ -138,11 +138,18 @@ class RemoteTopic:
 
         Blocks like ``Topic.publish`` (``timeout`` bounds backpressure); raises what it
         raises (`TopicClosedError`, `MessageTypeError`, `WouldBlock`, ...).
+
+        Raises:
+            TypeError, ValueError: ``timeout`` is not a finite number or None, ``key``
+                not a `str` or None, ``attributes`` not a mapping of `str` to `str`
+                (checked before anything is sent: nothing is published).
         """
-        reply_timeout = None if timeout is None else timeout + _PUBLISH_MARGIN
+        check_timeout("timeout", timeout)
+        _check_key_and_attributes(key, attributes)
+        reply_timeout = None if timeout is None else max(timeout, 0.0) + _PUBLISH_MARGIN
         return str(self._bus._channel.call(
-            "publish", self.name, message, key, dict(attributes) if attributes else None, timeout,
-            timeout=reply_timeout))
+            "publish", self.name, plain_message(message), key,
+            dict(attributes) if attributes else None, timeout, timeout=reply_timeout))
 
     def publisher(self, **options: Any) -> Any:
         """A `Publisher` batching on this side; each batch crosses as one frame.
@@ -193,8 +200,16 @@ class RemoteDeadLetters:
         return iter(self._channel.call("dead_letters", self._name))
 
     def drain(self) -> list[DeadLetter]:
-        """Empty the queue on the server; returns what it held, oldest first."""
-        return list(self._channel.call("drain_dead_letters", self._name))
+        """Empty the queue on the server; returns what it held, oldest first.
+
+        Nothing leaves the server before this side holds it: the server sends the
+        letters, and removes exactly those once this side confirms it decoded them. A
+        drain that fails (the reply did not cross, the connection broke) raises and
+        leaves every letter on the server; letters dead-lettered meanwhile stay there.
+        """
+        ticket, letters = self._channel.call("drain_dead_letters", self._name)
+        self._channel.call("confirm_drain", ticket)
+        return list(letters)
 
     def replay(self, *, topic: str | None = None) -> int:
         """Republish every dead letter (to ``topic``, default the same one); the count."""
@@ -215,6 +230,20 @@ class _BatchPath:
         except Exception as exc:
             future.set_exception(exc)
         return future
+
+
+def _check_key_and_attributes(key: object, attributes: object) -> None:
+    """Refuse what the topic would refuse, before sending (the core says the same)."""
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a str or None, got {type(key).__qualname__}")
+    if attributes is None:
+        return
+    if not isinstance(attributes, Mapping):
+        raise TypeError(f"attributes must be a mapping of str to str, got {type(attributes).__qualname__}")
+    for name, value in attributes.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError("attributes must be a mapping of str to str, got "
+                            f"{type(name).__qualname__} -> {type(value).__qualname__}")
 
 
 def _close(child: Any) -> None:

@@ -2,7 +2,8 @@
 
 Each subscription has its own connection, so a blocking receive holds no other
 caller. A receive waits on the server in slices of at most a second; settling a
-delivery from another thread waits for the current slice.
+delivery from another thread goes out at once meanwhile (the connection carries
+several calls at a time, and the server serves receives in a thread of their own).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from runtime.broker._client import Channel
-from runtime.broker._protocol import DeliveryFrame
+from runtime.broker._protocol import DeliveryFrame, check_timeout
 from runtime.broker._session import RECEIVE_SLICE
 from runtime.errors import SettlementError
 
@@ -25,16 +26,20 @@ _REPLY_MARGIN = 30.0
 class RemoteDelivery:
     """A delivery received through the broker: `Delivery`'s reading and settling API.
 
-    ``ack()``/``nack()`` block for the server's answer; settling twice raises
-    `SettlementError`, and so does settling a delivery the server already settled
-    (its ack deadline passed, the topic closed).
+    ``ack()``/``nack()`` block for the server's answer, and the flags change only once
+    it came: settling twice raises `SettlementError`, and so does settling a delivery the
+    server already settled (its ack deadline passed: it then reads ``nacked`` and
+    ``timed_out``; the topic closed: ``nacked``). A settlement whose connection broke
+    raises `ConnectionError` and leaves the delivery ``pending`` (the server nacks what
+    a lost connection held, so it is redelivered or dead-lettered there).
     """
 
     def __init__(self, frame: DeliveryFrame, channel: Channel) -> None:
         self._frame = frame
         self._channel = channel
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held across a settlement's round trip
         self._state = "pending"
+        self._timed_out = False
 
     message = property(lambda self: self._frame.message, doc="The message as published.")
     message_id = property(lambda self: self._frame.message_id, doc="The topic's id of it.")
@@ -53,7 +58,8 @@ class RemoteDelivery:
     pending = property(lambda self: self._state == "pending", doc="Not settled yet.")
     acked = property(lambda self: self._state == "acked", doc="Acked.")
     nacked = property(lambda self: self._state == "nacked", doc="Nacked.")
-    timed_out = property(lambda self: False, doc="Deadline expiries show up as a failed ack.")
+    timed_out = property(lambda self: self._timed_out,
+                         doc="The server's ack deadline settled it (a settlement then failed).")
 
     def ack(self) -> None:
         """Acknowledge: the message is done for this destination."""
@@ -71,9 +77,15 @@ class RemoteDelivery:
     def _settle(self, state: str, operation: str, *args: Any) -> None:
         with self._lock:
             if self._state != "pending":
-                raise SettlementError(self.message_id, self._state)
+                raise SettlementError(self.message_id, "timed out" if self._timed_out else self._state)
+            try:
+                self._channel.call(operation, self._frame.token, *args)
+            except SettlementError as exc:  # the server settled it first: never ours
+                settled_as = str(exc.args[1]) if len(exc.args) > 1 else ""
+                self._state = "nacked"
+                self._timed_out = settled_as == "timed out"
+                raise SettlementError(self.message_id, settled_as or "settled by the server") from None
             self._state = state
-        self._channel.call(operation, self._frame.token, *args)
 
     def __repr__(self) -> str:
         return f"<RemoteDelivery {self.message_id} attempt={self.attempt} {self._state}>"
@@ -99,6 +111,7 @@ class RemotePullSubscription:
                 was dead-lettered on the server, reason ``error``); the next call goes on.
             ConnectionError: the broker went away.
         """
+        check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)

@@ -4,7 +4,10 @@ Threads, all owned by the `BusServer` and stopped by `close()`:
 - the acceptor, waiting on the listening socket (woken by a connection to itself);
 - one thread per connection, at most ``max_connections``: when full, a new connection
   pushes out the oldest peer still in its handshake, else the authenticated session
-  idle longest (at least `MIN_IDLE_TO_EVICT` seconds), else it is closed at once;
+  idle longest (at least `MIN_IDLE_TO_EVICT` seconds), else it is closed at once; a
+  connection's thread runs its handshake when the peer's host has its turn
+  (`HandshakeThrottle`: wrong keys slow their host down), and a second thread of its
+  own serves its blocking receives;
 - the sweeper, expiring leases without a heartbeat, orphaned stages and sessions idle
   past ``idle_timeout``.
 
@@ -16,17 +19,20 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from runtime.broker._client import Address, authkey_bytes, parse_address
-from runtime.broker._protocol import wire_types
+from runtime.broker._client import Address, authkey_bytes, parse_address, spelled
+from runtime.broker._protocol import check_timeout, wire_types
 from runtime.broker._service import DEFAULT_PUBLISH_TIMEOUT, BrokerService
 from runtime.broker._session import Session
 from runtime.broker._staging import DEFAULT_LIMITS, StagingLimits
+from runtime.broker._throttle import HandshakeThrottle
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
 
 __all__ = ["BusServer", "serve"]
@@ -48,8 +54,11 @@ class BusServer:
 
     Binds loopback unless another address is given. Every connection must pass the
     HMAC challenge of ``authkey`` before any frame is read; a wrong key, a garbage or
-    oversized frame drops that connection only. A frame naming a type outside the
-    allow-list fails that call alone (`NotTransferableError`).
+    oversized frame drops that connection only. After a wrong key, the handshakes of
+    that host take turns spaced by a delay that doubles per consecutive wrong key (up to
+    a second) and clears on a right one, so keys cannot be tried fast; other hosts
+    never wait. A frame naming a type outside the allow-list fails that call alone
+    (`NotTransferableError`).
 
     Args:
         bus: the `Bus` to serve.
@@ -59,7 +68,7 @@ class BusServer:
             cross besides builtins, the `datetime` types, `Decimal` and `UUID`.
         max_connections: connections served at once.
         max_frame_size: longest request frame, in bytes.
-        handshake_timeout: bound of the challenge, in seconds.
+        handshake_timeout: bound of the challenge (its host's turn included), in seconds.
         idle_timeout: a session with no request for this long is ended (None: never).
         sweep_interval: seconds between lease/stage expiry sweeps.
         clock: the time source of leases and stages.
@@ -82,14 +91,18 @@ class BusServer:
     ) -> None:
         if max_connections < 1 or max_frame_size < 1024:
             raise ValueError("max_connections must be >= 1 and max_frame_size >= 1024")
-        if idle_timeout is not None and idle_timeout <= 0:
-            raise ValueError(f"idle_timeout must be > 0 or None, got {idle_timeout!r}")
+        for name, value in (("handshake_timeout", handshake_timeout), ("idle_timeout", idle_timeout),
+                            ("sweep_interval", sweep_interval)):
+            check_timeout(name, value)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
         self._authkey = authkey_bytes(authkey)
         self._limits = (max_connections, max_frame_size, handshake_timeout)
         self._idle_timeout = idle_timeout
         self._registry = wire_types(allow)
         self.service = BrokerService(
             bus, publish_timeout=publish_timeout, staging_limits=staging_limits, clock=clock)
+        self._throttle = HandshakeThrottle()
         self._listener = Listener(parse_address(address), backlog=_BACKLOG)
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -129,6 +142,7 @@ class BusServer:
         self._closed.set()
         deadline = time.monotonic() + timeout
         self.service.stop_waiting()
+        self._throttle.close()
         self._wake_acceptor()
         self._acceptor.join(_left(deadline))
         with self._lock:
@@ -153,12 +167,14 @@ class BusServer:
                 if self._closed.is_set():
                     connection.close()
                     return
-                self._start_session(connection)
+                self._start_session(connection, self._listener.last_accepted)
         finally:
             self._listener.close()
 
-    def _start_session(self, connection: Connection) -> None:
+    def _start_session(self, connection: Connection, peer: Any) -> None:
         max_connections, max_frame_size, handshake_timeout = self._limits
+        host, where = _peer(peer)
+        _no_delay(connection)
         with self._lock:
             self._sessions = {s: t for s, t in self._sessions.items() if t.is_alive()}
             live = sum(not s.evicted for s in self._sessions)
@@ -168,7 +184,8 @@ class BusServer:
                 return
             session = Session(
                 connection, self.service, authkey=self._authkey, registry=self._registry,
-                max_frame_size=max_frame_size, handshake_timeout=handshake_timeout)
+                max_frame_size=max_frame_size, handshake_timeout=handshake_timeout,
+                peer=where, host=host, throttle=self._throttle)
             thread = threading.Thread(
                 target=session.run, name=f"actorbus-broker-conn-{next(self._numbers)}")
             self._sessions[session] = thread
@@ -248,6 +265,28 @@ class BusServer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "serving"
         return f"<BusServer {self.address[0]}:{self.address[1]} {state}>"
+
+
+def _peer(address: Any) -> tuple[str, str]:
+    """``(host, "host:port")`` of an accepted peer's address (a pair, or what a test gave)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), spelled((str(address[0]), int(address[1])))
+    return str(address), str(address)
+
+
+def _no_delay(connection: Connection) -> None:
+    """Send small replies at once: calls are pipelined, so a reply may follow another
+    before the peer acknowledged it, which Nagle's algorithm would hold back."""
+    try:
+        sock = socket.socket(fileno=os.dup(connection.fileno()))
+    except OSError:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass  # not TCP, or already reset: the handshake finds out
+    finally:
+        sock.close()
 
 
 def _left(deadline: float) -> float:

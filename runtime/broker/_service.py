@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from runtime.broker._protocol import check_timeout, plain_letter
 from runtime.broker._publish_wait import PublishWaiting
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
@@ -43,7 +44,7 @@ def join_group(topic: Any, group: str) -> Any:
     return topic._lease_member(group, LEASE_PREFETCH)
 
 
-class BrokerService(PublishWaiting):
+class BrokerService:
     """Bus operations shared by every connection of one server; thread-safe.
 
     Args:
@@ -62,10 +63,9 @@ class BrokerService(PublishWaiting):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bus = bus
-        self._publish_timeout = publish_timeout
         self._clock = clock
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
+        self._publishing = PublishWaiting(bus, publish_timeout=publish_timeout, clock=clock)
         self._leases: dict[LeaseKey, LeaseLog] = {}
         self._staging_limits = staging_limits
         self._staging: StagingArea[Stamped] = StagingArea(limits=staging_limits, clock=clock)
@@ -87,12 +87,34 @@ class BrokerService(PublishWaiting):
         return dict(self._bus.held_by())
 
     def dead_letters(self, name: str) -> list[Any]:
-        """A snapshot of topic ``name``'s dead letters, oldest first."""
+        """A snapshot of topic ``name``'s dead letters, oldest first, as they cross."""
+        return [plain_letter(letter) for letter in self._bus.dead_letters(name)]
+
+    def held_dead_letters(self, name: str) -> list[Any]:
+        """A snapshot of topic ``name``'s dead letters, oldest first: the queue's own
+        objects (what `remove_dead_letters` takes)."""
         return list(self._bus.dead_letters(name))
 
-    def drain_dead_letters(self, name: str) -> list[Any]:
-        """Empty topic ``name``'s dead letters; returns what they held, oldest first."""
-        return list(self._bus.dead_letters(name).drain())
+    def remove_dead_letters(self, name: str, letters: list[Any]) -> int:
+        """Remove exactly ``letters`` (from `held_dead_letters`) from topic ``name``'s
+        dead letters; returns how many were still there."""
+        return int(self._bus.dead_letters(name).remove(letters))
+
+    def publish(
+        self, name: str, message: object, key: str | None, attributes: Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> str:
+        """``topic.publish``; returns the message id (see `PublishWaiting.publish`).
+
+        Raises:
+            TypeError, ValueError: ``timeout`` is not a finite number or None.
+        """
+        check_timeout("timeout", timeout)
+        return self._publishing.publish(name, message, key, attributes, timeout)
+
+    def stop_waiting(self) -> None:
+        """The server is closing: blocked publishes give up (`TopicClosedError`)."""
+        self._publishing.stop_waiting()
 
     def replay_dead_letters(self, name: str, target: str | None) -> int:
         """Republish topic ``name``'s dead letters (to ``target``, default the same topic)."""
@@ -102,7 +124,7 @@ class BrokerService(PublishWaiting):
         """Publish `Message` objects as one batch; returns their ids in order."""
         if not all(type(m) is Message for m in messages):
             raise TypeError("publish_batch takes a list of Message")
-        return self._publish_parts(self._bus.topic(name), *parts_of(messages))
+        return self._publishing.publish_parts(self._bus.topic(name), *parts_of(messages))
 
     def lease_position(self, name: str, group: str, consumer: str, lease_seconds: float) -> int:
         """The consumer's first unacked offset (where a fresh query starts)."""
@@ -187,11 +209,11 @@ class BrokerService(PublishWaiting):
         topic = self._bus.topic(name)
 
         def submit(staged: list[Stamped]) -> tuple[Future[Any], int]:
-            futures, count = self._hand_over_rows(topic, staged)
+            futures, count = self._publishing.hand_over_rows(topic, staged)
             return settled_together(futures), count
 
         def wait(outcome: Future[Any], count: int) -> None:
-            self._wait_published(topic, count, [outcome], keep_ids=False)
+            self._publishing.wait_published(topic, count, [outcome], keep_ids=False)
 
         return self._staging.commit((name, producer), batch, parts, submit, wait)
 
@@ -232,6 +254,9 @@ class BrokerService(PublishWaiting):
             log.close()
 
     def _lease(self, name: str, group: str, consumer: str, lease_seconds: float) -> LeaseLog:
+        check_timeout("lease_seconds", lease_seconds)
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
         key = (name, group, consumer)
         with self._lock:
             log = self._leases.get(key)

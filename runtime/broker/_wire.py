@@ -10,9 +10,12 @@ the opcodes first, so a frame can neither name any other callable (``os.system``
 (no ``bytearray(10**9)`` from 68 bytes, no hash-colliding sets): an authenticated peer
 still cannot execute code or freeze the process.
 
-Frames are bounded: a sender checks ``max_frame_size`` before sending; a peer
-announcing a longer frame is dropped by `multiprocessing.connection` before the body
-is read.
+Each frame starts with the call id it belongs to (`CALL_ID`, 8 bytes, big-endian), then
+the pickle: a request carries the id its caller picked, its reply carries the same id,
+so a reply always finds its call, also when the pickle is refused or replies come out of
+order. Frames are bounded: a sender checks ``max_frame_size`` (the id included) before
+sending; a peer announcing a longer frame is dropped by `multiprocessing.connection`
+before the body is read.
 """
 
 from __future__ import annotations
@@ -24,27 +27,31 @@ import enum
 import io
 import pickle
 import pickletools
+import struct
 import uuid
 from collections.abc import Iterable
 from decimal import Decimal
-from multiprocessing.connection import Connection
 from typing import Any
 
 from actors.errors import MessageNotSerializableError
 from runtime.broker._pickle_audit import AuditError, audit
 
 __all__ = [
+    "CALL_ID",
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_VALUE_TYPES",
     "FrameRefusedError",
     "MalformedFrameError",
     "NotTransferableError",
     "TypeRegistry",
-    "read_frame",
-    "write_frame",
+    "decode",
+    "encode",
+    "framed",
+    "unframed",
 ]
 
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
+CALL_ID = struct.Struct("!Q")
 _PROTOCOL = 5
 DEFAULT_VALUE_TYPES: tuple[type, ...] = (
     datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone,
@@ -223,27 +230,40 @@ def encode(value: object, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, operatio
         NotTransferableError: ``value`` does not pickle, or its frame is longer than
             ``max_frame_size``.
     """
+    return _bounded(_pickled(value, operation), max_frame_size, operation)
+
+
+def _pickled(value: object, operation: str) -> bytes:
     try:
-        data = pickle.dumps(value, protocol=_PROTOCOL)
+        return pickle.dumps(value, protocol=_PROTOCOL)
     except Exception as exc:  # PicklingError, TypeError, AttributeError: all say what
         raise NotTransferableError(operation, f"cannot pickle it: {exc}") from exc
+
+
+def _bounded(data: bytes, max_frame_size: int, operation: str) -> bytes:
     if len(data) > max_frame_size:
         raise NotTransferableError(
             operation, f"its frame is {len(data)} bytes, over max_frame_size={max_frame_size}")
     return data
 
 
-def read_frame(connection: Connection, registry: TypeRegistry, max_frame_size: int) -> Any:
-    """Block until the next frame arrives and decode it.
+def framed(
+    call_id: int, value: object, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, operation: str = "",
+) -> bytes:
+    """One frame: ``call_id``, then ``value`` pickled (`encode`), at most ``max_frame_size`` bytes.
 
     Raises:
-        EOFError: the peer closed the connection.
-        OSError: the frame is longer than ``max_frame_size`` (the connection is closed).
-        FrameRefusedError: the frame is not an allowed pickle (the stream stays in step).
+        NotTransferableError: ``value`` does not pickle, or the frame would be too long.
     """
-    return decode(connection.recv_bytes(max_frame_size), registry)
+    return _bounded(CALL_ID.pack(call_id) + _pickled(value, operation), max_frame_size, operation)
 
 
-def write_frame(connection: Connection, value: object) -> None:
-    """Send ``value`` as one frame."""
-    connection.send_bytes(encode(value))
+def unframed(data: bytes) -> tuple[int, bytes]:
+    """``(call_id, pickle)`` of one frame (decode the pickle with `decode`).
+
+    Raises:
+        MalformedFrameError: shorter than a call id.
+    """
+    if len(data) <= CALL_ID.size:
+        raise MalformedFrameError(f"not a valid frame ({len(data)} bytes, no call id and pickle)")
+    return CALL_ID.unpack_from(data)[0], data[CALL_ID.size:]

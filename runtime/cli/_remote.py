@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runtime.broker._remote import connect as connect_remote
+from runtime.broker._wire import NotTransferableError
 from runtime.cli._endpoint import CliError, add_endpoint_arguments, address, authkey
 
 __all__ = ["add_remote_commands", "connect"]
@@ -93,7 +94,13 @@ def run_dlq(args: argparse.Namespace) -> int:
             print(f"replayed {queue.replay()} dead letter(s) of {args.topic} to the destinations "
                   "that failed them")
             return 0
-        letters = queue.drain() if args.drain else list(queue)
+        try:
+            letters = queue.drain() if args.drain else list(queue)
+        except NotTransferableError as exc:  # the broker removed nothing
+            raise CliError(
+                f"the dead letters of {args.topic} hold a value that cannot cross the broker "
+                f"({exc}); {'nothing was drained, ' if args.drain else ''}every letter is still "
+                "there (serve the bus with allow= for its class, or --replay them)") from None
     Console().print(_letters_table(args.topic, letters))
     print(f"{'drained' if args.drain else 'listed'} {len(letters)} dead letter(s) of {args.topic}")
     return 0

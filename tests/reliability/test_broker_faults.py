@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.frames import frame, reply
 from support.reliability import figures, process_usage, wait_until  # noqa: F401
 
 from runtime import Bus
@@ -110,16 +111,15 @@ def _frame_closed(connection: Any, timeout: float = 10.0) -> bool:
 
 def _refused_alone(connection: Any, timeout: float = 10.0) -> bool:
     """True when the server answered with a typed refusal and then still served a ping."""
-    from runtime.broker._protocol import wire_types
-    from runtime.broker._wire import NotTransferableError, decode, encode
+    from runtime.broker._wire import NotTransferableError, encode
 
     if not connection.poll(timeout):
         return False
-    status, error = decode(connection.recv_bytes(), wire_types())
+    status, error = reply(connection)
     if status != "error" or not isinstance(error, NotTransferableError):
         return False
-    connection.send_bytes(encode(("ping", ())))
-    return bool(connection.poll(timeout)) and decode(connection.recv_bytes(), wire_types()) == ("ok", "pong")
+    connection.send_bytes(frame(encode(("ping", ())), call_id=2))
+    return bool(connection.poll(timeout)) and reply(connection, call_id=2) == ("ok", "pong")
 
 
 class _Reduce:
@@ -177,7 +177,7 @@ def test_random_bytes_and_truncated_frames_close_only_their_connection(
     for garbage in (b"", b"\x80\x05", b"not a pickle", rng.randbytes(300)):  # whole, not pickles
         connection = _authenticated(server.address)
         try:
-            connection.send_bytes(garbage)
+            connection.send_bytes(frame(garbage))  # a call id, then no pickle
             closed += _frame_closed(connection)
         finally:
             connection.close()
@@ -232,7 +232,7 @@ def test_pickles_that_would_run_code_are_refused_and_nothing_runs(
     for attack in attacks:
         connection = _authenticated(server.address)
         try:
-            connection.send_bytes(pickle.dumps(attack, protocol=5))
+            connection.send_bytes(frame(pickle.dumps(attack, protocol=5)))
             refused += _refused_alone(connection)
         finally:
             connection.close()
@@ -240,8 +240,8 @@ def test_pickles_that_would_run_code_are_refused_and_nothing_runs(
     # the same, before authenticating: the server must not even read it as a frame
     sock = _raw(server.address)
     try:
-        frame = pickle.dumps(attacks[0], protocol=5)
-        sock.sendall(struct.pack("!i", len(frame)) + frame)
+        pickled = pickle.dumps(attacks[0], protocol=5)
+        sock.sendall(struct.pack("!i", len(pickled)) + pickled)
         refused += _closed_by_server(sock)
     finally:
         sock.close()

@@ -21,6 +21,7 @@ from support.reliability import figures, wait_until  # noqa: F401
 
 import runtime
 from runtime import Bus
+from runtime.broker._wire import CALL_ID, unframed
 from runtime.errors import SettlementError, TopicClosedError
 
 pytestmark = pytest.mark.reliability
@@ -40,9 +41,11 @@ def _publish_frame(value_ops: bytes, topic: str = "t") -> bytes:
 
 
 def _answer(connection: Connection, frame: bytes, timeout: float = 60.0) -> tuple[str, Any]:
-    connection.send_bytes(frame)
+    connection.send_bytes(CALL_ID.pack(1) + frame)
     assert connection.poll(timeout), "no answer"
-    reply: tuple[str, Any] = pickle.loads(connection.recv_bytes())  # the test trusts its server
+    answered, body = unframed(connection.recv_bytes())
+    assert answered == 1
+    reply: tuple[str, Any] = pickle.loads(body)  # the test trusts its server
     return reply
 
 

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,18 @@ class DeadLetterQueue:
             items = list(self._items)
             self._items.clear()
         return items
+
+    def remove(self, dead_letters: Iterable[DeadLetter]) -> int:
+        """Remove exactly ``dead_letters`` (these objects, wherever they stand; the others
+        keep their order). Returns how many were still held (the limit may have pushed
+        some out meanwhile)."""
+        gone = {id(letter) for letter in dead_letters}
+        with self._lock:
+            kept = [item for item in self._items if id(item) not in gone]
+            removed = len(self._items) - len(kept)
+            self._items.clear()
+            self._items.extend(kept)
+        return removed
 
     def clear(self) -> None:
         """Drop every dead letter."""

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from support.frames import frame as framed
+from support.frames import reply
 
 from runtime import Bus, Message
 from runtime.broker._protocol import wire_types
@@ -71,7 +73,7 @@ def connection(server: BusServer) -> Iterator[Connection]:
 
 def assert_dropped_as_malformed(connection: Connection, frame: bytes) -> None:
     """The server drops the sender of ``frame`` without an answer; it decodes as malformed."""
-    connection.send_bytes(frame)
+    connection.send_bytes(framed(frame))
     assert connection.poll(5.0)
     with pytest.raises((EOFError, ConnectionResetError)):
         connection.recv_bytes()
@@ -81,13 +83,13 @@ def assert_dropped_as_malformed(connection: Connection, frame: bytes) -> None:
 
 def refusal(connection: Connection, frame: bytes) -> str:
     """Send ``frame``; return the refusal's text after checking the connection still serves."""
-    connection.send_bytes(frame)
+    connection.send_bytes(framed(frame))
     assert connection.poll(10.0)
-    status, error = decode(connection.recv_bytes(), wire_types())
+    status, error = reply(connection)
     assert status == "error" and isinstance(error, NotTransferableError), error
-    connection.send_bytes(encode(("ping", ())))
+    connection.send_bytes(framed(encode(("ping", ())), call_id=2))
     assert connection.poll(10.0)
-    assert decode(connection.recv_bytes(), wire_types()) == ("ok", "pong")
+    assert reply(connection, call_id=2) == ("ok", "pong")
     return str(error)
 
 
@@ -107,10 +109,10 @@ def test_a_set_of_colliding_ints_is_refused_at_once(bus: Bus, connection: Connec
 def test_many_small_int_and_string_keys_are_free(bus: Bus, connection: Connection) -> None:
     value = {"ints": set(range(50_000)), "names": {f"k{i}": i for i in range(50_000)}}
 
-    connection.send_bytes(encode(("publish", ("orders", value, None, None, None))))
+    connection.send_bytes(framed(encode(("publish", ("orders", value, None, None, None)))))
 
     assert connection.poll(10.0)
-    status, _ = decode(connection.recv_bytes(), wire_types())
+    status, _ = reply(connection)
     assert status == "ok"
 
 
@@ -192,9 +194,9 @@ def test_a_class_defined_differently_on_the_sender_builds_the_servers_class(
     state = b"}(" + text("order_id") + b"K\x07" + text("amount") + text("lots") + b"u"
     frame = publish_frame(text(__name__) + text("Order") + b"\x93)\x81" + state + b"b")
 
-    connection.send_bytes(frame)
+    connection.send_bytes(framed(frame))
     assert connection.poll(10.0)
-    status, _ = decode(connection.recv_bytes(), wire_types())
+    status, _ = reply(connection)
     delivery = subscription.receive(timeout=5)
     delivery.ack()
 

@@ -11,6 +11,7 @@ from multiprocessing.connection import AuthenticationError, Client, Connection
 from pathlib import Path
 
 import pytest
+from support.frames import frame, reply
 
 from runtime.broker._auth import authenticate_client
 from runtime.broker._client import Channel
@@ -63,13 +64,13 @@ def authenticated(server: BusServer) -> Connection:
 def assert_refused_alone(connection: Connection, names: str) -> None:
     """The server answered the frame with a typed error naming ``names``, then serves on."""
     assert connection.poll(5.0), "the server did not answer"
-    status, error = decode(connection.recv_bytes(), wire_types())
+    status, error = reply(connection)
     assert status == "error"
     assert isinstance(error, NotTransferableError) and isinstance(error, TypeError)
     assert names in str(error)
-    connection.send_bytes(encode(("ping", ())))
+    connection.send_bytes(frame(encode(("ping", ())), call_id=2))
     assert connection.poll(5.0)
-    assert decode(connection.recv_bytes(), wire_types()) == ("ok", "pong")
+    assert reply(connection, call_id=2) == ("ok", "pong")
     connection.close()
 
 
@@ -100,7 +101,7 @@ def test_pickled_os_system_is_refused_and_not_executed(
     marker = tmp_path / "pwned"
     connection = authenticated(server)
 
-    connection.send_bytes(pickle.dumps(("publish", (Evil(marker),))))
+    connection.send_bytes(frame(pickle.dumps(("publish", (Evil(marker),)))))
 
     assert_refused_alone(connection, "posix.system")
     assert not marker.exists()
@@ -109,9 +110,9 @@ def test_pickled_os_system_is_refused_and_not_executed(
 
 def test_pickle_importing_a_module_is_refused(server: BusServer, good: Channel) -> None:
     connection = authenticated(server)
-    frame = b"csubprocess\nPopen\n(S'true'\ntR."  # protocol 0: GLOBAL + REDUCE
+    pickled = b"csubprocess\nPopen\n(S'true'\ntR."  # protocol 0: GLOBAL + REDUCE
 
-    connection.send_bytes(frame)
+    connection.send_bytes(frame(pickled))
 
     assert_refused_alone(connection, "subprocess.Popen")
     assert good.call("ping") == "pong"
@@ -120,7 +121,7 @@ def test_pickle_importing_a_module_is_refused(server: BusServer, good: Channel) 
 def test_pickled_arbitrary_class_is_refused(server: BusServer, good: Channel) -> None:
     connection = authenticated(server)
 
-    connection.send_bytes(pickle.dumps(("publish", ("orders", StubBus()))))
+    connection.send_bytes(frame(pickle.dumps(("publish", ("orders", StubBus())))))
 
     assert_refused_alone(connection, "StubBus")
     assert good.call("ping") == "pong"
@@ -153,7 +154,7 @@ def test_garbage_instead_of_the_handshake_drops_the_connection(
 def test_oversized_frame_drops_the_connection(server: BusServer, good: Channel) -> None:
     connection = authenticated(server)
 
-    connection.send_bytes(encode(("publish", ("orders", b"x" * (MAX_FRAME + 1)))))
+    connection.send_bytes(frame(encode(("publish", ("orders", b"x" * (MAX_FRAME + 1))))))
 
     assert_dropped(connection)
     assert good.call("ping") == "pong"

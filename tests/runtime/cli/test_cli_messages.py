@@ -145,3 +145,26 @@ def test_dlq_names_the_exception_a_handler_raised(capsys: Any) -> None:
         assert main(["dlq", "orders", *endpoint]) == 0
 
     assert "KeyError:" in capsys.readouterr().out  # the table may wrap the text after it
+
+
+class Unlisted:
+    """A class the broker does not allow: its dead letters cannot cross."""
+
+
+def test_a_drain_that_cannot_cross_says_so_and_removes_nothing(capsys: Any) -> None:
+    with Bus() as bus:
+        orders = bus.create_topic("orders", ack_timeout=None)
+        orders.subscribe(lambda d: d.nack("no"), group="billing")
+        orders.publish("fine")
+        orders.publish(Unlisted())
+        assert orders.join(timeout=5)
+        with bus.serve(("127.0.0.1", 0), authkey="secret") as server:
+            address = f"{server.address[0]}:{server.address[1]}"
+
+            code = main(["dlq", "orders", "--drain", "--address", address, "--authkey-env", KEY_ENV])
+
+        line = _error_line(capsys)
+        assert code == 2
+        assert "nothing was drained" in line and "Unlisted" in line
+        assert len(orders.dead_letters) == 2
+
