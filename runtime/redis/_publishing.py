@@ -1,0 +1,125 @@
+"""The publish path of a Redis topic: checks, encoding, one script call per batch."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.core._settings import TopicSettings
+from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
+from runtime.redis._connection import Connection
+from runtime.redis._keys import TopicKeys
+from runtime.redis._records import Codec
+
+__all__ = ["Accepted", "Publishing"]
+
+_FULL_WAIT = (0.001, 0.05)  # a publisher held by max_pending re-checks, backing off between
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What the publish script did with a batch.
+
+    Attributes:
+        ids: the message ids, in order.
+        groups: the balanced groups it was enqueued for (empty: none).
+        readers: broadcast readers attached at publish.
+        dead: True when nobody could take it (dead-lettered ``no_subscribers``).
+    """
+
+    ids: list[str]
+    groups: list[str]
+    readers: int
+    dead: bool
+
+
+class Publishing:
+    """Checks and sends batches of messages to the topic's stream.
+
+    Args:
+        topic: the topic's name.
+        settings: its settings.
+        connection: the bus's connection.
+        keys: the topic's keys.
+        codec: encodes bodies.
+        closing: set when the topic closes (wakes a publisher held by ``max_pending``).
+        clock: the time source of ``timeout``.
+    """
+
+    def __init__(self, topic: str, settings: TopicSettings, connection: Connection,
+                 keys: TopicKeys, codec: Codec, closing: threading.Event,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._topic = topic
+        self._type = settings.message_type
+        self._connection = connection
+        self._keys = [keys.stream, keys.groups, keys.readers, keys.stats, keys.remaining,
+                      keys.dead]
+        self._limits = [settings.max_pending or 0, settings.dead_letter_limit or 0]
+        self._codec = codec
+        self._closing = closing
+        self._clock = clock
+
+    def fields(self, message: Any, key: str | None, attributes: Mapping[str, str] | None,
+               ) -> tuple[bytes, str, str, str]:
+        """Check one message and encode it.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+            MessageTypeError: not an instance of ``message_type``.
+            TypeError: a key that is not a str, attributes not a mapping of str to str.
+        """
+        if self._closing.is_set():
+            raise TopicClosedError(self._topic)
+        expected = self._type
+        if expected is not None and not isinstance(message, expected):
+            raise MessageTypeError(self._topic, expected.__qualname__, type(message).__qualname__)
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"a key must be a str or None, got {type(key).__qualname__}")
+        if attributes is not None and (not isinstance(attributes, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in attributes.items())):
+            raise TypeError("attributes must be a mapping of str to str")
+        return self._codec.fields(message, key, attributes)
+
+    def send(self, batches: Sequence[Sequence[tuple[bytes, str, str, str]]],
+             timeout: float | None) -> list[Accepted]:
+        """Publish each batch in one script call, all in one round trip; a batch that
+        finds ``max_pending`` reached waits for room (and is sent again).
+
+        Raises:
+            TopicClosedError: the topic closed while waiting.
+            WouldBlock: ``timeout`` passed while waiting.
+            BackendUnavailableError: Redis did not answer.
+            ValueError: ``timeout`` is not finite.
+        """
+        if timeout is not None and not math.isfinite(timeout):
+            raise ValueError(f"timeout must be finite, got {timeout!r}")
+        deadline = None if timeout is None else self._clock() + timeout
+        results: list[Accepted | None] = [None] * len(batches)
+        todo = list(range(len(batches)))
+        wait = _FULL_WAIT[0]
+        while True:
+            calls = [(self._keys, [*self._limits, len(batches[i]),
+                                   *[f for fields in batches[i] for f in fields]]) for i in todo]
+            replies = self._connection.pipelined("PUBLISH", calls)
+            full = []
+            for index, reply in zip(todo, replies, strict=True):
+                status = reply[0]
+                if status == b"full":
+                    full.append(index)
+                    continue
+                groups = [name.decode() for name in reply[3:3 + reply[1]]]
+                results[index] = Accepted([i.decode() for i in reply[3 + reply[1]:]], groups,
+                                          int(reply[2]), status == b"none")
+            if not full:
+                return [r for r in results if r is not None]
+            todo = full
+            if deadline is not None and self._clock() >= deadline:
+                raise WouldBlock(f"topic {self._topic!r}: max_pending reached")
+            left = wait if deadline is None else min(wait, max(deadline - self._clock(), 0))
+            if self._closing.wait(left):
+                raise TopicClosedError(self._topic)
+            wait = min(wait * 2, _FULL_WAIT[1])
