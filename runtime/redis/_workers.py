@@ -35,6 +35,7 @@ _WATCH = 0.2  # seconds between the supervisor's looks at a stop request
 # doubling from `_BACKOFF[0]` to `_BACKOFF[1]` (a handler that cannot even load would
 # otherwise respawn as fast as the machine forks).
 _SHORT_LIFE = 2.0
+_READY_TIMEOUT = 30.0  # seconds `Workers.start` waits for its workers to read
 _BACKOFF = (0.1, 5.0)
 
 
@@ -64,8 +65,10 @@ class _Running:
 class _Worker:
     """One worker process and the consumer name it reads under."""
 
-    def __init__(self, process: Any, name: str, running: _Running, pipe: Pipe) -> None:
+    def __init__(self, process: Any, name: str, running: _Running, pipe: Pipe,
+                 ready: Any) -> None:
         self.started = time.monotonic()
+        self.ready = ready  # set by the worker once its consumer is made
         self.process = process
         self.name = name
         self.running = running
@@ -122,9 +125,14 @@ class Workers:
         self.consumer = self._consumer("")  # the parent's handle on the group (for releases)
 
     def start(self) -> None:
-        """Start the workers and their supervisor; returns once every one runs."""
+        """Start the workers and their supervisor; returns once every one reads Redis
+        (or `_READY_TIMEOUT` passed: a slow one joins the group when it is up)."""
         with self._lock:
             self._workers = [self._spawn() for _ in range(self._size)]
+            ready = [worker.ready for worker in self._workers]
+        deadline = time.monotonic() + _READY_TIMEOUT
+        for event in ready:
+            event.wait(max(deadline - time.monotonic(), 0))
         self._supervisor.start()
 
     def stop(self, timeout: float) -> None:
@@ -149,13 +157,16 @@ class Workers:
     def _spawn(self) -> _Worker:
         name = consumer_name(self._sid)
         running = _Running(self._context)
-        parent_end, child_end = self._context.Pipe(duplex=False)
+        # The worker reads its end until EOF: the parent closing (or dying) ends it.
+        reading, writing = self._context.Pipe(duplex=False)
+        ready = self._context.Event()
         process = self._context.Process(
-            target=_worker_main, args=(self._spec, name, running, self._stopping, parent_end),
+            target=_worker_main,
+            args=(self._spec, name, running, self._stopping, reading, ready),
             name=f"actorbus-redis-worker-{self._topic}", daemon=True)
         process.start()
-        parent_end.close()
-        return _Worker(process, name, running, child_end)
+        reading.close()
+        return _Worker(process, name, running, writing, ready)
 
     def _supervise(self) -> None:
         while not self._stop_supervising.is_set():
@@ -218,7 +229,8 @@ def _die_with_parent(parent: Pipe, stopping: threading.Event) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker_main(spec: bytes, name: str, running: _Running, stopping: Any, parent: Pipe) -> None:
+def _worker_main(spec: bytes, name: str, running: _Running, stopping: Any, parent: Pipe,
+                 ready: Any) -> None:
     """A worker process: one consumer of the group running the handler until stopped,
     then handing back what it holds."""
     import redis
@@ -232,6 +244,7 @@ def _worker_main(spec: bytes, name: str, running: _Running, stopping: Any, paren
     consumer = Consumer(connection, keys, topic, group, sid, settings, Codec(allow),
                         batch_acks=True)
     consumer.name = name
+    ready.set()
 
     class _Stopping:
         @staticmethod
