@@ -26,6 +26,8 @@ RECLAIM_EVERY = 0.25
 """Seconds between a member's looks for expired or handed-back deliveries at most (a
 quarter of ``ack_timeout`` when that is shorter): how late a redelivery can start, against
 one script call per member per period."""
+TRIM_EVERY = 1.0
+"""Seconds between a member's trims of the stream (entries every group settled go)."""
 FLUSH_AFTER = 0.002
 """Seconds a batched ack may wait for its neighbours before the member sends them."""
 
@@ -72,6 +74,7 @@ class Consumer:
         ]
         self._reclaim_every = RECLAIM_EVERY if timeout is None else min(RECLAIM_EVERY, timeout / 4)
         self._next_reclaim = 0.0
+        self._next_trim = 0.0
         self._batch_acks = batch_acks
         self._deferred: list[RedisDelivery[Any]] = []
         self._deferred_since = 0.0
@@ -95,6 +98,9 @@ class Consumer:
         if now >= self._next_reclaim:
             self._next_reclaim = now + self._reclaim_every
             entries = self._reclaim(count)
+        if now >= self._next_trim:
+            self._next_trim = now + TRIM_EVERY
+            self._connection.run("TRIM", [self._keys.stream, self._keys.groups], [])
         if not entries:
             entries = self._read_new(count, block)
         received = self._clock()

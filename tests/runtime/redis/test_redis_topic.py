@@ -278,3 +278,100 @@ class socket_port:
 
     def __exit__(self, *exc: object) -> None:
         self._socket.close()
+
+
+def test_entries_every_group_settled_are_trimmed_from_the_stream(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    topic.subscribe(lambda d: d.ack(), group="a")
+    topic.subscribe(lambda d: d.ack(), group="b")
+    publisher = topic.publisher()
+    for i in range(3000):
+        publisher.publish(f"{i}".encode())
+    publisher.flush(timeout=10)
+    assert topic.join(timeout=20) is True
+    client = redis.Redis.from_url(redis_bus._redis)
+    stream = TopicKeys.of(topic_name).stream
+
+    topic.publish(b"one more")  # members trim on their next reads
+    assert topic.join(timeout=10) is True
+    trimmed = _eventually(lambda: client.xlen(stream) < 1000)
+
+    assert trimmed
+    assert topic.stats().delivered == 3001
+    topic.destroy()
+
+
+def test_deleting_a_group_completes_what_waits_in_it_as_unsubscribed(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    topic.create_group("gone")
+    topic.subscribe(lambda d: d.ack(), group="stays")
+    report = topic.publish("x")
+
+    topic.delete_group("gone")
+
+    outcome = report.outcome.result(timeout=10)
+    assert outcome.nacks[0].destination == "group:gone"
+    assert outcome.nacks[0].reason == "unsubscribed"
+    assert topic.groups() == ["stays"]
+    assert topic.join(timeout=10) is True
+    topic.destroy()
+
+
+def test_dead_letter_callback_sees_letters_written_by_any_process(
+        redis_url: str, topic_name: str) -> None:
+    seen: list[Any] = []
+    arrived = threading.Event()
+    with Bus(redis=redis_url) as watching, Bus(redis=redis_url) as failing:
+        watched = watching.create_topic(topic_name, backend="redis")
+        watched.dead_letters.on_dead_letter(lambda letter: (seen.append(letter), arrived.set()))
+        other = failing.create_topic(topic_name, backend="redis")
+        other.subscribe(lambda d: d.nack("no"), group="g")
+
+        other.publish("refused")
+
+        assert arrived.wait(timeout=10)
+        assert [(s.message, s.reason, s.error) for s in seen] == [("refused", "nack", "no")]
+        other.destroy()
+
+
+def test_publish_to_a_redis_that_went_down_raises_naming_its_url(durable_redis: Any,
+                                                                 topic_name: str) -> None:
+    import time
+
+    with Bus(redis=durable_redis.url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis")
+        topic.create_group("g")
+        topic.publish("kept")
+        durable_redis.kill()
+        started = time.monotonic()
+
+        with pytest.raises(BackendUnavailableError) as info:
+            topic.publish("refused")
+
+        assert time.monotonic() - started < 15.0
+        assert f"127.0.0.1:{durable_redis.port}" in str(info.value)
+        durable_redis.start()
+        assert topic.stats().published == 1
+        topic.destroy()
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _eventually(check: Any, timeout: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        pause.wait(0.05)
+    return bool(check())
