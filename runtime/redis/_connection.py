@@ -74,6 +74,10 @@ class Connection:
         with self.guard():
             return self._scripts[script](keys=keys, args=args)
 
+    def script(self, name: str) -> Any:
+        """The registered script ``name`` (callable with ``keys``, ``args``, ``client``)."""
+        return self._scripts[name]
+
     def pipelined(self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
                   ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in one round trip; the replies in order.

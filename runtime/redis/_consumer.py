@@ -140,10 +140,26 @@ class Consumer:
         return entries
 
     def _read_new(self, count: int, block: float | None) -> list[tuple[str, dict[bytes, bytes], int]]:
-        with self._connection.guard():
-            reply = self._connection.client.xreadgroup(
-                self.group, self.name, {self._keys.stream: ">"}, count=count,
-                block=None if block is None else max(int(block * 1000), 1))
+        """XREADGROUP, in one round trip with the acks queued so far (they settle first)."""
+        with self._lock:
+            deferred, self._deferred = self._deferred, []
+        client = self._connection.client
+        try:
+            with self._connection.guard():
+                pipe = client.pipeline(transaction=False)
+                if deferred:
+                    self._connection.script("SETTLE")(
+                        keys=self._settling, args=self._ack_args(deferred), client=pipe)
+                pipe.xreadgroup(self.group, self.name, {self._keys.stream: ">"}, count=count,
+                                block=None if block is None else max(int(block * 1000), 1))
+                replies = pipe.execute()
+        except BackendUnavailableError:
+            with self._lock:
+                self._deferred[:0] = deferred
+            raise
+        if deferred:
+            self._verdicts(deferred, [v.decode() for v in replies[0]])
+        reply = replies[-1]
         if not reply:
             return []
         return [(entry_id.decode(), fields, 1) for entry_id, fields in reply[0][1]]
@@ -151,7 +167,7 @@ class Consumer:
     def _refuse(self, entry_id: str, attempt: int, error: str) -> None:
         logger.warning("topic %s: dead-lettering entry %s of group %s: %s", self._topic,
                        entry_id, self.group, error)
-        self._call([(entry_id, attempt, "x", "error", optional(error), "", "")])
+        self._call_nack((entry_id, attempt, "x", "error", optional(error), "", ""))
 
     def settle(self, delivery: RedisDelivery[Any], kind: str, reason: str, error: str | None,
                exception: str | None, traceback: str | None) -> str:
@@ -162,11 +178,11 @@ class Consumer:
         """
         if self._released:
             return "closed"
-        if kind != "a":
-            self.reclaim_soon()
-        item = (delivery.entry_id, delivery.attempt, kind, reason, optional(error),
-                optional(exception), optional(traceback))
-        return self._call([item])[0]
+        if kind == "a":
+            return self._call(self._ack_args([delivery]))[0]
+        self.reclaim_soon()
+        return self._call_nack((delivery.entry_id, delivery.attempt, kind, reason,
+                                optional(error), optional(exception), optional(traceback)))
 
     def defer_ack(self, delivery: RedisDelivery[Any]) -> bool:
         """Queue an ack for `flush` when this batches acks and its deadline is far."""
@@ -193,12 +209,14 @@ class Consumer:
                 return
             deferred, self._deferred = self._deferred, []
         try:
-            verdicts = self._call([(d.entry_id, d.attempt, "a", "", "", "", "")
-                                   for d in deferred])
+            verdicts = self._call(self._ack_args(deferred))
         except BackendUnavailableError:
             with self._lock:
                 self._deferred[:0] = deferred
             raise
+        self._verdicts(deferred, verdicts)
+
+    def _verdicts(self, deferred: list[RedisDelivery[Any]], verdicts: list[str]) -> None:
         for delivery, verdict in zip(deferred, verdicts, strict=True):
             if verdict != "ok":
                 delivery.taken_back(verdict)
@@ -226,8 +244,19 @@ class Consumer:
             [self.group, self.name, running, *self._limits[1:]])
         return int(held), int(crashed)
 
-    def _call(self, items: list[tuple[str, int, str, str, str, str, str]]) -> list[str]:
-        args: list[Any] = [self.group, self.name, self.subscriber_id, *self._limits, len(items)]
-        for item in items:
-            args.extend(item)
+    def _header(self) -> list[Any]:
+        return [self.group, self.name, self.subscriber_id, *self._limits]
+
+    def _ack_args(self, deliveries: list[RedisDelivery[Any]]) -> list[Any]:
+        args = self._header()
+        args.append(len(deliveries))
+        for delivery in deliveries:
+            args += (delivery.entry_id, delivery.attempt)
+        args.append(0)
+        return args
+
+    def _call_nack(self, item: tuple[str, int, str, str, str, str, str]) -> str:
+        return self._call([*self._header(), 0, 1, *item])[0]
+
+    def _call(self, args: list[Any]) -> list[str]:
         return [v.decode() for v in self._connection.run("SETTLE", self._settling, args)]

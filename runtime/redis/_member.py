@@ -52,6 +52,9 @@ def run_handler(handler: Callable[[Any], Any], delivery: RedisDelivery[Any], aut
 class MemberLoop:
     """Reads ``reader`` and runs ``handler`` on each delivery until ``stopping`` is set.
 
+    The acks of a batch leave with the next read (one round trip for both), or sooner
+    once the oldest waited `runtime.redis._consumer.FLUSH_AFTER`.
+
     Args:
         reader: where deliveries come from.
         handler: the subscriber's handler.
@@ -89,7 +92,6 @@ class MemberLoop:
                     if running is not None:
                         running("")
                     reader.flush(due_only=True)
-                reader.flush()
             except BackendUnavailableError as exc:
                 logger.warning("topic %s: member waits for Redis: %s", self._topic, exc)
                 stopping.wait(_BACKOFF)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -9,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.core._message import Message
 from runtime.core._settings import TopicSettings
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 from runtime.redis._connection import Connection
@@ -84,6 +86,28 @@ class Publishing:
             raise TypeError("attributes must be a mapping of str to str")
         return self._codec.fields(message, key, attributes)
 
+    def check_open_for_messages(self) -> None:
+        """Check that a Publisher batch (of `Message` objects) may be published.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+            MessageTypeError: ``message_type`` accepts no `Message`.
+        """
+        if self._closing.is_set():
+            raise TopicClosedError(self._topic)
+        expected = self._type
+        if expected is not None and not issubclass(Message, expected):
+            raise MessageTypeError(self._topic, expected.__qualname__, "Message")
+
+    @staticmethod
+    def message_fields(datas: list[bytes], attributes: list[dict[str, str]],
+                       keys: list[str | None]) -> list[tuple[bytes, str, str, str]]:
+        """The fields of a Publisher batch: its data, keys and attributes were checked
+        by the Publisher, so this only lays them out (the per-message hot path)."""
+        dumps = json.dumps
+        return [(data, "m", key or "", dumps(attrs) if attrs else "")
+                for data, attrs, key in zip(datas, attributes, keys, strict=True)]
+
     def send(self, batches: Sequence[Sequence[tuple[bytes, str, str, str]]],
              timeout: float | None) -> list[Accepted]:
         """Publish each batch in one script call, all in one round trip; a batch that
@@ -102,8 +126,7 @@ class Publishing:
         todo = list(range(len(batches)))
         wait = _FULL_WAIT[0]
         while True:
-            calls = [(self._keys, [*self._limits, len(batches[i]),
-                                   *[f for fields in batches[i] for f in fields]]) for i in todo]
+            calls = [(self._keys, _arguments(self._limits, batches[i])) for i in todo]
             replies = self._connection.pipelined("PUBLISH", calls)
             full = []
             for index, reply in zip(todo, replies, strict=True):
@@ -123,3 +146,11 @@ class Publishing:
             if self._closing.wait(left):
                 raise TopicClosedError(self._topic)
             wait = min(wait * 2, _FULL_WAIT[1])
+
+
+def _arguments(limits: list[int], batch: Sequence[tuple[bytes, str, str, str]]) -> list[Any]:
+    """The publish script's arguments for ``batch``: bodies alone when every message is a
+    `Message` without key or attributes (one argument each, the common Publisher case)."""
+    if all(kind == "m" and not key and not attributes for _, kind, key, attributes in batch):
+        return [*limits, len(batch), "p", *[fields[0] for fields in batch]]
+    return [*limits, len(batch), "m", *[part for fields in batch for part in fields]]

@@ -1,9 +1,10 @@
 """How messages, dead letters and outcomes are written as Redis stream fields.
 
-A message entry has four fields: ``b`` the body, ``f`` its format (``m``: a `Message`,
-whose body is its data; ``p``: any other object, pickled), ``k`` the ordering key
-(``""``: none) and ``a`` the attributes (``""``: none, else JSON). Its stream id is the
-message id, and the id's milliseconds its publish time.
+A message entry has up to four fields: ``b`` the body, ``f`` its format (``m``: a
+`Message`, whose body is its data; ``p``: any other object, pickled), ``k`` the ordering
+key (``""``: none) and ``a`` the attributes (``""``: none, else JSON); a `Message` with
+neither key nor attributes is ``b`` alone. Its stream id is the message id, and the id's
+milliseconds its publish time.
 
 Anyone who can write to the Redis can write such an entry, so a pickled body is loaded
 with the broker's restricted unpickler (builtins, the runtime's types and the bus's
@@ -96,9 +97,10 @@ class Codec:
             UndecodableError: the body or a field cannot be read (the text says why).
         """
         try:
-            body, kind = fields[b"b"], fields[b"f"]
-            key = fields[b"k"].decode() or None
-            raw = fields[b"a"]
+            body = fields[b"b"]
+            kind = fields.get(b"f", b"m")
+            key = fields[b"k"].decode() or None if b"k" in fields else None
+            raw = fields.get(b"a")
             attributes: dict[str, str] = json.loads(raw) if raw else {}
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise UndecodableError(f"entry {entry_id}: malformed fields ({exc!r})") from None

@@ -35,28 +35,34 @@ local function nack_record(destination, reason, err)
   return destination .. '\\31' .. reason .. '\\31' .. err .. '\\30'
 end
 local function complete(id, nack)
-  local left = 0
+  -- Only a message published to several groups has a `remaining` count (and, once one
+  -- of them nacked it, `failed` nacks).
+  local nacks = nack
   if redis.call('HEXISTS', remaining, id) == 1 then
-    left = redis.call('HINCRBY', remaining, id, -1)
-    if left <= 0 then redis.call('HDEL', remaining, id) end
+    local left = redis.call('HINCRBY', remaining, id, -1)
+    if left > 0 then
+      if nack then redis.call('HSET', failed, id, (redis.call('HGET', failed, id) or '') .. nack) end
+      return
+    end
+    redis.call('HDEL', remaining, id)
+    local earlier = redis.call('HGET', failed, id)
+    if earlier then
+      redis.call('HDEL', failed, id)
+      nacks = earlier .. (nack or '')
+    end
   end
-  if left > 0 then
-    if nack then redis.call('HSET', failed, id, (redis.call('HGET', failed, id) or '') .. nack) end
-    return
-  end
-  local nacks = redis.call('HGET', failed, id)
-  if nacks then redis.call('HDEL', failed, id) end
-  if nack then nacks = (nacks or '') .. nack end
-  redis.call('HINCRBY', stats, 'pending', -1)
   if nacks then
+    redis.call('HINCRBY', stats, 'pending', -1)
     redis.call('XADD', settled, 'MAXLEN', '~', {_SETTLED_LENGTH}, '*', 'i', id, 'n', nacks)
   else
-    redis.call('HINCRBY', stats, 'delivered', 1)
     acked[#acked + 1] = id
   end
 end
+-- The acked messages' counters and their settled record: once per script call.
 local function flush_acked()
   if #acked > 0 then
+    redis.call('HINCRBY', stats, 'pending', -#acked)
+    redis.call('HINCRBY', stats, 'delivered', #acked)
     redis.call('XADD', settled, 'MAXLEN', '~', {_SETTLED_LENGTH}, '*', 'a', table.concat(acked, ','))
   end
 end
@@ -83,6 +89,11 @@ end
 PUBLISH = """
 local stream, groups, readers, stats, remaining, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local max_pending, dead_limit, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- ARGV[4]: 'p' (plain: n bodies of Messages with no key or attributes follow) or
+-- 'm' (mixed: body, format, key, attributes per message)
+local plain = ARGV[4] == 'p'
+local stride = 4
+if plain then stride = 1 end
 local names = redis.call('SMEMBERS', groups)
 local ngroups = #names
 local nreaders = redis.call('SCARD', readers)
@@ -96,9 +107,14 @@ for i = 1, ngroups do out[#out + 1] = names[i] end
 if ngroups == 0 and nreaders == 0 then
   out[1] = 'none'
   for i = 0, n - 1 do
-    local b = 4 + i * 4
+    local b = 5 + i * stride
     local fields = {'m', '', 'g', '', 's', '-1', 'r', 'no_subscribers', 'e', '', 'n', '0',
-                    'x', '', 't', '', 'b', ARGV[b], 'f', ARGV[b + 1], 'k', ARGV[b + 2], 'a', ARGV[b + 3]}
+                    'x', '', 't', '', 'b', ARGV[b]}
+    if not plain then
+      for _, f in ipairs({'f', ARGV[b + 1], 'k', ARGV[b + 2], 'a', ARGV[b + 3]}) do
+        fields[#fields + 1] = f
+      end
+    end
     if dead_limit > 0 then
       out[#out + 1] = redis.call('XADD', dead, 'MAXLEN', dead_limit, '*', unpack(fields))
     else
@@ -110,9 +126,14 @@ if ngroups == 0 and nreaders == 0 then
   return out
 end
 for i = 0, n - 1 do
-  local b = 4 + i * 4
-  local id = redis.call('XADD', stream, '*', 'b', ARGV[b], 'f', ARGV[b + 1], 'k', ARGV[b + 2],
-                        'a', ARGV[b + 3])
+  local b = 5 + i * stride
+  local id
+  if plain then
+    id = redis.call('XADD', stream, '*', 'b', ARGV[b])
+  else
+    id = redis.call('XADD', stream, '*', 'b', ARGV[b], 'f', ARGV[b + 1], 'k', ARGV[b + 2],
+                    'a', ARGV[b + 3])
+  end
   out[#out + 1] = id
   if ngroups > 1 then redis.call('HSET', remaining, id, ngroups) end
 end
@@ -127,33 +148,44 @@ return out
 SETTLE = _SETTLING + """
 local group, consumer, sid = ARGV[1], ARGV[2], ARGV[3]
 local tmo, max_attempts, dead_limit = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local n = tonumber(ARGV[7])
 local out = {}
 local to_ack = {}
-for i = 0, n - 1 do
-  local b = 8 + i * 7
-  local id, attempt, kind = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
+local function fence(id, attempt)
   local p = redis.call('XPENDING', stream, group, id, id, 1)[1]
-  local state = 'ok'
-  if not p then state = 'gone'
-  elseif p[2] ~= consumer or tonumber(p[4]) ~= attempt then state = 'taken'
-  elseif tmo > 0 and tonumber(p[3]) >= tmo then state = 'late' end
-  out[i + 1] = state
+  if not p then return 'gone' end
+  if p[2] ~= consumer or p[4] ~= attempt then return 'taken' end
+  if tmo > 0 and p[3] >= tmo then return 'late' end
+  return 'ok'
+end
+-- acks: a count, then (id, attempt) pairs
+local acks = tonumber(ARGV[7])
+for i = 0, acks - 1 do
+  local id = ARGV[8 + i * 2]
+  local state = fence(id, tonumber(ARGV[9 + i * 2]))
+  out[#out + 1] = state
   if state == 'ok' then
-    if kind == 'a' then
-      to_ack[#to_ack + 1] = id
-      complete(id, nil)
+    to_ack[#to_ack + 1] = id
+    complete(id, nil)
+  end
+end
+-- nacks: a count, then (id, attempt, kind, reason, error, exception, traceback) each
+local base = 8 + acks * 2
+local nacks = tonumber(ARGV[base])
+for i = 0, nacks - 1 do
+  local b = base + 1 + i * 7
+  local id, attempt, kind = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
+  local state = fence(id, attempt)
+  out[#out + 1] = state
+  if state == 'ok' then
+    local reason, err = ARGV[b + 3], ARGV[b + 4]
+    redis.call('HINCRBY', stats, 'nacked', 1)
+    if kind == 'n' and attempt < max_attempts then
+      redis.call('XCLAIM', stream, group, PARKED, 0, id, 'IDLE', BIG, 'JUSTID')
+      redis.call('HINCRBY', stats, 'redelivered', 1)
     else
-      local reason, err = ARGV[b + 3], ARGV[b + 4]
-      redis.call('HINCRBY', stats, 'nacked', 1)
-      if kind == 'n' and attempt < max_attempts then
-        redis.call('XCLAIM', stream, group, PARKED, 0, id, 'IDLE', BIG, 'JUSTID')
-        redis.call('HINCRBY', stats, 'redelivered', 1)
-      else
-        to_ack[#to_ack + 1] = id
-        bury(id, group, sid, reason, err, attempt, ARGV[b + 5], ARGV[b + 6], dead_limit)
-        complete(id, nack_record('group:' .. group, reason, err))
-      end
+      to_ack[#to_ack + 1] = id
+      bury(id, group, sid, reason, err, attempt, ARGV[b + 5], ARGV[b + 6], dead_limit)
+      complete(id, nack_record('group:' .. group, reason, err))
     end
   end
 end

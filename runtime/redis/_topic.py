@@ -168,26 +168,15 @@ class RedisTopic(Generic[T]):
         each, so each is confirmed or failed alone); ``reply`` gets them in order.
 
         Runs in the Publisher's thread and blocks it while ``max_pending`` holds."""
-        outcomes: list[tuple[Sequence[str] | None, BaseException | None]] = []
-        batches = []
-        for datas, attributes, keys in parts:
-            try:
-                batches.append([self._path.fields(Message(data=d, attributes=a or {}), k, None)
-                                for d, a, k in zip(datas, attributes, keys, strict=True)])
-            except Exception as exc:
-                batches.append([])
-                outcomes.append((None, exc))
-            else:
-                outcomes.append((None, None))
-        sending = [batch for batch, (_, error) in zip(batches, outcomes, strict=True)
-                   if error is None]
+        checked = self._path.check_open_for_messages
         try:
-            accepted = iter(self._path.send(sending, None))
+            checked()
+            batches = [self._path.message_fields(*part) for part in parts]
+            accepted = self._path.send(batches, None)
         except Exception as exc:
-            reply([(None, error or exc) for _, error in outcomes])
+            reply([(None, exc)] * len(parts))
             return
-        reply([(next(accepted).ids, None) if error is None else (None, error)
-               for _, error in outcomes])
+        reply([(batch.ids, None) for batch in accepted])
 
     def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
         """`_publish_run` of one batch of `Message` objects, as a future of the ids."""
