@@ -8,15 +8,18 @@
   worker processes).
 - ``_delivery``: `RedisDelivery` and its fenced settlement.
 - ``_scripts``, ``_keys``, ``_records``, ``_declare``, ``_connection``: the Lua scripts,
-  the key layout, the stream fields, declare semantics and the client.
+  the key layout, the stream fields, declare semantics (whose records also list the
+  topics a Redis holds, for the command line's ``--redis``) and the client.
 
 Nothing here is imported by ``import runtime``: the bus imports it when it is given a
 Redis connection, and this package imports ``redis`` then.
 """
 
 from runtime.redis._connection import Connection
+from runtime.redis._declare import recorded_settings, topic_names
 from runtime.redis._delivery import RedisDelivery
 from runtime.redis._records import Codec
 from runtime.redis._topic import RedisTopic
 
-__all__ = ["Codec", "Connection", "RedisDelivery", "RedisTopic"]
+__all__ = ["Codec", "Connection", "RedisDelivery", "RedisTopic", "recorded_settings",
+           "topic_names"]

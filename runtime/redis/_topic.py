@@ -58,6 +58,8 @@ class RedisTopic(Generic[T]):
         resolve: finds another topic of the bus by name (for ``replay(topic=...)``).
         clock: time source of timeouts and ack deadlines measured here.
         prefix: the bus's actor-name prefix.
+        declared: the topic exists with these settings (read back from Redis by an
+            inspector): attach without comparing them.
 
     Raises:
         InvalidSettingsError: Redis holds the topic with other settings (named).
@@ -66,7 +68,8 @@ class RedisTopic(Generic[T]):
 
     def __init__(self, name: str, settings: TopicSettings, *, connection: Connection,
                  codec: Codec, system: ActorSystem, resolve: Callable[[Any], Any],
-                 clock: Callable[[], float] = time.monotonic, prefix: str = "bus") -> None:
+                 clock: Callable[[], float] = time.monotonic, prefix: str = "bus",
+                 declared: bool = False) -> None:
         self._name = name
         self._settings = settings
         self._connection = connection
@@ -76,7 +79,8 @@ class RedisTopic(Generic[T]):
         self._clock = clock
         self._prefix = f"{prefix}/{name}"
         connection.ping()
-        declare(connection, keys, settings)
+        if not declared:
+            declare(connection, keys, settings)
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._publishers: list[Publisher] = []
