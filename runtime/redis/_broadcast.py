@@ -86,6 +86,10 @@ class BroadcastReader:
     def flush(self, *, due_only: bool = False) -> None:
         """Nothing to send: a reader's acks stay local."""
 
+    def expired(self, delivery: RedisDelivery[Any]) -> bool:
+        """A reader's deliveries have no deadline."""
+        return False
+
     def defer_ack(self, delivery: RedisDelivery[Any]) -> bool:
         """A reader's ack needs no call (and none is ever taken back)."""
         return True

@@ -126,6 +126,13 @@ class Consumer:
                 self._connection.client.xack(self._keys.stream, self.group, *others)
         return deliveries
 
+    def expired(self, delivery: RedisDelivery[Any]) -> bool:
+        """Whether ``delivery``'s ack deadline passed while it waited in the member's batch
+        (Redis counts it from the read): such a delivery is never started, Redis gives it
+        to the next reclaim."""
+        deadline = self._deadline
+        return deadline is not None and self._clock() - delivery.received >= deadline
+
     def reclaim_soon(self) -> None:
         """Look for handed-back deliveries at the next `read` (after a nack)."""
         self._next_reclaim = 0.0

@@ -25,6 +25,8 @@ class Reader(Protocol):
 
     def read(self, count: int, block: float | None) -> list[RedisDelivery[Any]]: ...
 
+    def expired(self, delivery: RedisDelivery[Any]) -> bool: ...
+
     def flush(self, *, due_only: bool = False) -> None: ...
 
 
@@ -86,6 +88,8 @@ class MemberLoop:
                 for delivery in deliveries:
                     if stopping.is_set():
                         break
+                    if reader.expired(delivery):
+                        continue
                     if running is not None:
                         running(delivery.entry_id)
                     run_handler(self._handler, delivery, self._auto_ack, self._topic)

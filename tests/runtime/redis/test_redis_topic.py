@@ -375,3 +375,28 @@ def _eventually(check: Any, timeout: float = 10.0) -> bool:
             return True
         pause.wait(0.05)
     return bool(check())
+
+
+def test_a_delivery_that_expired_in_its_members_batch_is_never_run(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3,
+                                   max_delivery_attempts=2)
+    runs: list[tuple[Any, int]] = []
+    work = threading.Event()  # never set: the first attempt of "slow" works for 0.5 s
+
+    def handler(delivery: Any) -> None:
+        runs.append((delivery.message, delivery.attempt))
+        if delivery.message == "slow" and delivery.attempt == 1:
+            work.wait(0.5)
+        delivery.ack()
+
+    topic.create_group("g")
+    topic.publish("slow")
+    topic.publish("next")
+    topic.subscribe(handler, group="g", prefetch=2)
+
+    assert topic.join(timeout=20) is True
+    assert runs == [("slow", 1), ("slow", 2), ("next", 2)]
+    stats = topic.stats()
+    assert (stats.delivered, stats.timed_out, stats.dead_lettered) == (2, 2, 0)
+    topic.destroy()
