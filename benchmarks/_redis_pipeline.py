@@ -6,7 +6,10 @@ read, ack and track every message in Redis themselves; a round ends when the Pub
 flushed and ``topic.join`` saw nothing pending. The baseline is the raw redis-py ceiling on
 the same server: one producer (100 XADDs per Lua call) and two consumer processes
 (XREADGROUP COUNT 100, then XACK and a counter in one pipeline), a round ending when the
-counter reached the count. Target 0.5.
+counter reached the count. Target 0.5. The extra row ``redis_pipeline/dramatiq`` (when
+dramatiq, a bench-only dependency, is installed) compares with dramatiq's RedisBroker on
+the same server: this process sends, two worker processes (8 threads each) run a no-op
+actor that counts in Redis; it gets a twentieth of the messages. Target 20.
 
 The Redis is ``ACTORBUS_BENCH_REDIS`` (a URL) when set, else a ``redis-server`` this
 scenario starts on a free loopback port without persistence; without either it is
@@ -164,11 +167,101 @@ class RawCeiling:
         self._client.close()
 
 
+_DRAMATIQ_SHARE = 20  # dramatiq moves ~1/50 of our rate: it gets 1/20 of the messages
+
+
+def _dramatiq_broker(url: str, counter: str) -> tuple[Any, Any]:
+    """A RedisBroker and the trivial actor (it counts what it ran in ``counter``)."""
+    import dramatiq
+    import redis
+    from dramatiq.brokers.redis import RedisBroker
+
+    broker = RedisBroker(url=url, namespace=f"bench-{counter}")  # type: ignore[no-untyped-call]
+    client = redis.Redis.from_url(url)
+
+    def noop(payload: str) -> None:
+        client.incr(counter)
+
+    actor = dramatiq.actor(broker=broker, actor_name="bench_noop", queue_name="bench")(noop)
+    return broker, actor
+
+
+def dramatiq_worker(url: str, counter: str, stop: Any) -> None:
+    """One dramatiq worker process (8 threads, its default) running the trivial actor."""
+    from dramatiq import Worker
+
+    broker, _ = _dramatiq_broker(url, counter)
+    worker = Worker(broker, worker_threads=8)
+    worker.start()
+    stop.wait()
+    worker.stop()
+    broker.close()
+
+
+class Dramatiq:
+    """dramatiq's RedisBroker on the same server: this process sends, two worker
+    processes run a trivial actor."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._counter = f"dramatiq:{uuid.uuid4().hex[:8]}:done"
+        self._client: Any = redis.Redis.from_url(url)
+        self._broker, self._actor = _dramatiq_broker(url, self._counter)
+        context = multiprocessing.get_context("forkserver")
+        self._stop = context.Event()
+        self._workers = [context.Process(target=dramatiq_worker, daemon=True,
+                                         args=(url, self._counter, self._stop))
+                         for _ in range(2)]
+        for process in self._workers:
+            process.start()
+
+    def run(self, messages: list[bytes]) -> None:
+        target = int(self._client.get(self._counter) or 0) + len(messages)
+        send = self._actor.send
+        for message in messages:
+            send(message.decode())
+        deadline = time.monotonic() + TIMEOUT
+        pause = threading.Event()
+        while int(self._client.get(self._counter) or 0) < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError("dramatiq did not run everything in time")
+            pause.wait(0.002)
+
+    def close(self) -> None:
+        self._stop.set()
+        for process in self._workers:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+        self._broker.close()
+        self._client.delete(self._counter)
+        self._client.close()
+
+
+@contextmanager
+def _dramatiq(url: str) -> Iterator[Dramatiq | None]:
+    """The dramatiq baseline, or None when dramatiq is not installed (a bench-only
+    dependency)."""
+    try:
+        import dramatiq  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    baseline = Dramatiq(url)
+    try:
+        yield baseline
+    finally:
+        baseline.close()
+
+
 def measure(profile: Profile) -> tuple[Comparison, ...]:
-    """Messages per second through the Redis topic vs the raw redis-py ceiling."""
+    """Messages per second through the Redis topic vs the raw redis-py ceiling (and vs
+    dramatiq's RedisBroker when it is installed)."""
     count = profile.count(100_000, minimum=500)
     messages = payloads(count)
-    with redis_url() as url:
+    few = messages[:max(count // _DRAMATIQ_SHARE, 100)]
+    with redis_url() as url, _dramatiq(url) as dramatiq:
         raw = RawCeiling(url)
         try:
             with Bus(redis=url) as bus:
@@ -176,17 +269,25 @@ def measure(profile: Profile) -> tuple[Comparison, ...]:
                 topic: Any = bus.create_topic(name, backend="redis")
                 topic.subscribe(ignore, group="workers", workers=2, auto_ack=True)
                 publisher = topic.publisher()
+                sides = {
+                    "ours": lambda: per_second(count, partial(_run_ours, topic, publisher,
+                                                              messages)),
+                    "raw": lambda: per_second(count, partial(raw.run, messages)),
+                }
+                if dramatiq is not None:
+                    sides["dramatiq"] = lambda: per_second(len(few), partial(dramatiq.run, few))
                 try:
-                    medians = interleave({
-                        "ours": lambda: per_second(count, partial(_run_ours, topic, publisher,
-                                                                  messages)),
-                        "raw": lambda: per_second(count, partial(raw.run, messages)),
-                    }, repeats=profile.repeats)
+                    medians = interleave(sides, repeats=profile.repeats)
                 finally:
                     topic.destroy()
         finally:
             raw.close()
-    return (Comparison(value=medians["ours"], baseline_value=medians["raw"]),)
+    rows = [Comparison(value=medians["ours"], baseline_value=medians["raw"])]
+    if "dramatiq" in medians:
+        rows.append(Comparison(value=medians["ours"], baseline_value=medians["dramatiq"],
+                               suffix="dramatiq", target=20.0,
+                               baseline="dramatiq RedisBroker, 2 worker processes, no-op actor"))
+    return tuple(rows)
 
 
 SCENARIOS = (
