@@ -210,11 +210,13 @@ class Consumer:
         Raises:
             BackendUnavailableError: Redis did not answer (the acks stay queued).
         """
+        if not self._deferred or (  # read without the lock: a stale look only delays
+                due_only and self._clock() - self._deferred_since < FLUSH_AFTER):
+            return
         with self._lock:
-            if not self._deferred or (
-                    due_only and self._clock() - self._deferred_since < FLUSH_AFTER):
-                return
             deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
         try:
             verdicts = self._call(self._ack_args(deferred))
         except BackendUnavailableError:

@@ -62,7 +62,7 @@ def outcome_of(records: bytes) -> Outcome:
 
 
 def _publish_time(entry_id: str) -> float:
-    return int(entry_id.partition("-")[0]) / 1000.0
+    return int(entry_id[:entry_id.index("-")]) / 1000.0
 
 
 class Codec:
@@ -96,6 +96,8 @@ class Codec:
         Raises:
             UndecodableError: the body or a field cannot be read (the text says why).
         """
+        if len(fields) == 1 and b"b" in fields:  # a Message with neither key nor attributes
+            return new_message(fields[b"b"], {}, None, entry_id, _publish_time(entry_id)), None, {}
         try:
             body = fields[b"b"]
             kind = fields.get(b"f", b"m")

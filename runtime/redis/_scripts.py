@@ -31,6 +31,9 @@ _SETTLING = f"""
 local stream, stats, remaining, failed, dead, settled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local PARKED, BIG, PARKED_IDLE = '__parked', {BIG_IDLE}, {_PARKED_IDLE}
 local acked = {{}}
+-- No message of the topic waits for several groups (the common one-group topic): no
+-- per-message look at `remaining`.
+local multi = redis.call('HLEN', remaining) > 0
 local function nack_record(destination, reason, err)
   return destination .. '\\31' .. reason .. '\\31' .. err .. '\\30'
 end
@@ -38,7 +41,7 @@ local function complete(id, nack)
   -- Only a message published to several groups has a `remaining` count (and, once one
   -- of them nacked it, `failed` nacks).
   local nacks = nack
-  if redis.call('HEXISTS', remaining, id) == 1 then
+  if multi and redis.call('HEXISTS', remaining, id) == 1 then
     local left = redis.call('HINCRBY', remaining, id, -1)
     if left > 0 then
       if nack then redis.call('HSET', failed, id, (redis.call('HGET', failed, id) or '') .. nack) end

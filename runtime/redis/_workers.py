@@ -65,14 +65,21 @@ class _Running:
 class _Worker:
     """One worker process and the consumer name it reads under."""
 
-    def __init__(self, process: Any, name: str, running: _Running, pipe: Pipe,
-                 ready: Any) -> None:
+    def __init__(self, process: Any, name: str, running: _Running, pipe: Pipe) -> None:
         self.started = time.monotonic()
-        self.ready = ready  # set by the worker once its consumer is made
         self.process = process
         self.name = name
         self.running = running
-        self.pipe = pipe  # the parent's end: its closing tells the worker the parent is gone
+        # The parent's end. The worker says "ready" on it once its consumer is made; its
+        # closing (a stop, or the parent's death) tells the worker to stop. No lock is
+        # shared with the worker: one killed while holding it would hang its parent.
+        self.pipe = pipe
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the worker's "ready"."""
+        with contextlib.suppress(EOFError, OSError):
+            if self.pipe.poll(timeout):
+                self.pipe.recv_bytes()
 
 
 class Workers:
@@ -114,7 +121,6 @@ class Workers:
         self._spec = cloudpickle.dumps((options, keys, topic, group, subscriber_id,
                                         settings, handler, auto_ack, prefetch, allow))
         self._context: Any = multiprocessing.get_context(_start_method())
-        self._stopping = self._context.Event()
         self._stop_supervising = threading.Event()
         self._workers: list[_Worker] = []
         self._quick_deaths = 0
@@ -129,21 +135,22 @@ class Workers:
         (or `_READY_TIMEOUT` passed: a slow one joins the group when it is up)."""
         with self._lock:
             self._workers = [self._spawn() for _ in range(self._size)]
-            ready = [worker.ready for worker in self._workers]
+            workers = list(self._workers)
         deadline = time.monotonic() + _READY_TIMEOUT
-        for event in ready:
-            event.wait(max(deadline - time.monotonic(), 0))
+        for worker in workers:
+            worker.wait_ready(max(deadline - time.monotonic(), 0))
         self._supervisor.start()
 
     def stop(self, timeout: float) -> None:
         """Stop every worker: each hands back what it holds and exits; one that does not
         within ``timeout`` seconds is killed and its deliveries taken back here."""
         self._stop_supervising.set()
-        self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join(timeout=timeout)
         with self._lock:
             workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.pipe.close()  # the worker's cue to stop
         for worker in workers:
             worker.process.join(timeout=timeout)
             if worker.process.is_alive():
@@ -152,21 +159,17 @@ class Workers:
                 self._take_back(worker, running="")
             elif worker.process.exitcode != 0:
                 self._take_back(worker, running=worker.running.get())
-            worker.pipe.close()
 
     def _spawn(self) -> _Worker:
         name = consumer_name(self._sid)
         running = _Running(self._context)
-        # The worker reads its end until EOF: the parent closing (or dying) ends it.
-        reading, writing = self._context.Pipe(duplex=False)
-        ready = self._context.Event()
+        ours, theirs = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=_worker_main,
-            args=(self._spec, name, running, self._stopping, reading, ready),
+            target=_worker_main, args=(self._spec, name, running, theirs),
             name=f"actorbus-redis-worker-{self._topic}", daemon=True)
         process.start()
-        reading.close()
-        return _Worker(process, name, running, writing, ready)
+        theirs.close()
+        return _Worker(process, name, running, ours)
 
     def _supervise(self) -> None:
         while not self._stop_supervising.is_set():
@@ -215,8 +218,9 @@ class Workers:
 
 
 def _die_with_parent(parent: Pipe, stopping: threading.Event) -> None:
-    """Stop when the parent is gone: Linux kills us (PR_SET_PDEATHSIG), and everywhere the
-    parent's end of ``parent`` closing sets ``stopping``."""
+    """Stop when told or when the parent is gone: Linux kills us when the parent dies
+    (PR_SET_PDEATHSIG), and everywhere the parent's end of ``parent`` closing (a stop, or
+    its death) sets ``stopping``."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
@@ -229,8 +233,7 @@ def _die_with_parent(parent: Pipe, stopping: threading.Event) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker_main(spec: bytes, name: str, running: _Running, stopping: Any, parent: Pipe,
-                 ready: Any) -> None:
+def _worker_main(spec: bytes, name: str, running: _Running, parent: Pipe) -> None:
     """A worker process: one consumer of the group running the handler until stopped,
     then handing back what it holds."""
     import redis
@@ -244,19 +247,11 @@ def _worker_main(spec: bytes, name: str, running: _Running, stopping: Any, paren
     consumer = Consumer(connection, keys, topic, group, sid, settings, Codec(allow),
                         batch_acks=True)
     consumer.name = name
-    ready.set()
-
-    class _Stopping:
-        @staticmethod
-        def is_set() -> bool:
-            return bool(stopping.is_set() or local_stop.is_set())
-
-        @staticmethod
-        def wait(timeout: float) -> bool:
-            return bool(local_stop.wait(timeout) or stopping.is_set())
+    with contextlib.suppress(OSError):
+        parent.send_bytes(b"ready")
 
     MemberLoop(consumer, handler, auto_ack=auto_ack, topic=topic, prefetch=prefetch,
-               stopping=_Stopping(), running=running.set).run()
+               stopping=local_stop, running=running.set).run()
     with contextlib.suppress(BackendUnavailableError):
         consumer.release()
     connection.client.close()
