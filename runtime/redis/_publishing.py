@@ -61,6 +61,9 @@ class Publishing:
         self._keys = [keys.stream, keys.groups, keys.readers, keys.stats, keys.remaining,
                       keys.dead]
         self._limits = [settings.max_pending or 0, settings.dead_letter_limit or 0]
+        self._max_pending = settings.max_pending
+        self._throttle = settings.throttle
+        self._pending = 0  # the pending gauge as the last publish saw it (for the throttle)
         self._codec = codec
         self._closing = closing
         self._clock = clock
@@ -85,6 +88,23 @@ class Publishing:
                 isinstance(k, str) and isinstance(v, str) for k, v in attributes.items())):
             raise TypeError("attributes must be a mapping of str to str")
         return self._codec.fields(message, key, attributes)
+
+    def _throttled(self, deadline: float | None) -> int:
+        """The throttle (DESIGN 3.2 step 3) on the pending gauge the last publish saw:
+        with a free-slot ratio in (0, throttle], wait ``1 / (max_pending * ratio)`` seconds
+        (bounded by the deadline; a close ends it) and return 1 to be counted, else 0."""
+        limit = self._max_pending
+        if not self._throttle or limit is None:
+            return 0
+        ratio = (limit - self._pending) / limit
+        if not 0 < ratio <= self._throttle:
+            return 0
+        delay = 1.0 / (limit * ratio)
+        if deadline is not None:
+            delay = min(delay, max(deadline - self._clock(), 0.0))
+        if self._closing.wait(delay):
+            raise TopicClosedError(self._topic)
+        return 1
 
     def check_open_for_messages(self) -> None:
         """Check that a Publisher batch (of `Message` objects) may be published.
@@ -125,8 +145,11 @@ class Publishing:
         results: list[Accepted | None] = [None] * len(batches)
         todo = list(range(len(batches)))
         wait = _FULL_WAIT[0]
+        throttled = self._throttled(deadline)
         while True:
-            calls = [(self._keys, _arguments(self._limits, batches[i])) for i in todo]
+            calls = [(self._keys, _arguments(self._limits, throttled if n == 0 else 0,
+                                             batches[i])) for n, i in enumerate(todo)]
+            throttled = 0
             replies = self._connection.pipelined("PUBLISH", calls)
             full = []
             for index, reply in zip(todo, replies, strict=True):
@@ -134,12 +157,14 @@ class Publishing:
                 if status == b"full":
                     full.append(index)
                     continue
-                groups = [name.decode() for name in reply[3:3 + reply[1]]]
-                results[index] = Accepted([i.decode() for i in reply[3 + reply[1]:]], groups,
+                groups = [name.decode() for name in reply[4:4 + reply[1]]]
+                results[index] = Accepted([i.decode() for i in reply[4 + reply[1]:]], groups,
                                           int(reply[2]), status == b"none")
+                self._pending = int(reply[3])
             if not full:
                 return [r for r in results if r is not None]
             todo = full
+            self._pending = self._max_pending or 0
             if deadline is not None and self._clock() >= deadline:
                 raise WouldBlock(f"topic {self._topic!r}: max_pending reached")
             left = wait if deadline is None else min(wait, max(deadline - self._clock(), 0))
@@ -148,9 +173,10 @@ class Publishing:
             wait = min(wait * 2, _FULL_WAIT[1])
 
 
-def _arguments(limits: list[int], batch: Sequence[tuple[bytes, str, str, str]]) -> list[Any]:
+def _arguments(limits: list[int], throttled: int,
+               batch: Sequence[tuple[bytes, str, str, str]]) -> list[Any]:
     """The publish script's arguments for ``batch``: bodies alone when every message is a
     `Message` without key or attributes (one argument each, the common Publisher case)."""
     if all(kind == "m" and not key and not attributes for _, kind, key, attributes in batch):
-        return [*limits, len(batch), "p", *[fields[0] for fields in batch]]
-    return [*limits, len(batch), "m", *[part for fields in batch for part in fields]]
+        return [*limits, len(batch), throttled, "p", *[fields[0] for fields in batch]]
+    return [*limits, len(batch), throttled, "m", *[part for fields in batch for part in fields]]

@@ -92,25 +92,28 @@ end
 PUBLISH = """
 local stream, groups, readers, stats, remaining, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local max_pending, dead_limit, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
--- ARGV[4]: 'p' (plain: n bodies of Messages with no key or attributes follow) or
+local throttled = tonumber(ARGV[4])  -- publishes the throttle delayed (counted here)
+-- ARGV[5]: 'p' (plain: n bodies of Messages with no key or attributes follow) or
 -- 'm' (mixed: body, format, key, attributes per message)
-local plain = ARGV[4] == 'p'
+local plain = ARGV[5] == 'p'
 local stride = 4
 if plain then stride = 1 end
 local names = redis.call('SMEMBERS', groups)
 local ngroups = #names
 local nreaders = redis.call('SCARD', readers)
+local pending = 0
 if max_pending > 0 and ngroups > 0 then
-  local pending = tonumber(redis.call('HGET', stats, 'pending') or '0')
+  pending = tonumber(redis.call('HGET', stats, 'pending') or '0')
   if pending >= max_pending then return {'full', pending} end
 end
 redis.call('HINCRBY', stats, 'published', n)
-local out = {'ok', ngroups, nreaders}
+if throttled > 0 then redis.call('HINCRBY', stats, 'throttled', throttled) end
+local out = {'ok', ngroups, nreaders, pending + n}
 for i = 1, ngroups do out[#out + 1] = names[i] end
 if ngroups == 0 and nreaders == 0 then
   out[1] = 'none'
   for i = 0, n - 1 do
-    local b = 5 + i * stride
+    local b = 6 + i * stride
     local fields = {'m', '', 'g', '', 's', '-1', 'r', 'no_subscribers', 'e', '', 'n', '0',
                     'x', '', 't', '', 'b', ARGV[b]}
     if not plain then
@@ -129,7 +132,7 @@ if ngroups == 0 and nreaders == 0 then
   return out
 end
 for i = 0, n - 1 do
-  local b = 5 + i * stride
+  local b = 6 + i * stride
   local id
   if plain then
     id = redis.call('XADD', stream, '*', 'b', ARGV[b])

@@ -400,3 +400,16 @@ def test_a_delivery_that_expired_in_its_members_batch_is_never_run(
     stats = topic.stats()
     assert (stats.delivered, stats.timed_out, stats.dead_lettered) == (2, 2, 0)
     topic.destroy()
+
+
+def test_throttle_slows_and_counts_publishes_near_max_pending(redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", max_pending=10, throttle=0.5)
+    topic.create_group("g")
+
+    for i in range(8):
+        topic.publish(i)
+
+    # After the 5th, 5 of 10 slots are free (ratio 0.5): the 6th..8th publishes wait.
+    assert topic.stats().throttled == 3
+    assert topic.stats().pending == 8
+    topic.destroy()

@@ -154,19 +154,24 @@ def test_redis_killed_with_aof_everysec_keeps_every_acknowledged_publish(durable
         topic = bus.create_topic(topic_name, backend="redis", max_pending=1000)
         pull = topic.subscription(group="g", prefetch=50)
         ids = [topic.publish(i).message_id for i in range(500)]
+        handled = []
         for _ in range(200):
-            pull.receive(timeout=10).ack()
+            delivery = pull.receive(timeout=10)
+            handled.append(delivery.message_id)
+            delivery.ack()
 
         durable_redis.kill()
         durable_redis.start()
 
-        rest = []
-        while len(rest) < 300:
+        # everysec may drop the last second of writes when the fsync lags (the last acks
+        # and reads, redelivered then: at least once); a publish made before is never lost.
+        while topic.stats().pending:
             delivery = pull.receive(timeout=10)
-            rest.append(delivery.message_id)
+            handled.append(delivery.message_id)
             delivery.ack()
         stats = topic.stats()
-        assert rest == ids[200:]
+        assert sorted(set(handled)) == sorted(ids)
+        assert handled[-1] == ids[-1]
         assert (stats.published, stats.delivered, stats.pending) == (500, 500, 0)
         assert topic.join(timeout=10) is True
         topic.destroy()
