@@ -17,7 +17,7 @@ from runtime.core._settings import TopicSettings
 from runtime.core._stats import TopicStats
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.core.subscribers._subscription import PullSubscription, Subscription
-from runtime.errors import TopicClosedError
+from runtime.errors import InvalidSettingsError, TopicClosedError
 from runtime.redis._connection import Connection
 from runtime.redis._dead_letters import RedisDeadLetters
 from runtime.redis._declare import declare
@@ -62,7 +62,8 @@ class RedisTopic(Generic[T]):
             inspector): attach without comparing them.
 
     Raises:
-        InvalidSettingsError: Redis holds the topic with other settings (named).
+        InvalidSettingsError: Redis holds the topic with other settings (named), or
+            ``partitions`` is not 1.
         BackendUnavailableError: Redis did not answer.
     """
 
@@ -70,6 +71,12 @@ class RedisTopic(Generic[T]):
                  codec: Codec, system: ActorSystem, resolve: Callable[[Any], Any],
                  clock: Callable[[], float] = time.monotonic, prefix: str = "bus",
                  declared: bool = False) -> None:
+        if settings.partitions != 1:
+            # The keys are laid out per partition already (TopicKeys.of(topic, p)); spreading
+            # a topic over several is a later step, and must not be a silent single stream.
+            raise InvalidSettingsError(
+                "partitions", f"this version keeps a Redis topic in 1 partition, got "
+                f"{settings.partitions!r}")
         self._name = name
         self._settings = settings
         self._connection = connection
