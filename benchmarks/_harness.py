@@ -44,6 +44,8 @@ The families and their modules:
   ratios to 2 ms / 10 ms.
 - ``_memory``: ``memory_flow_control``, peak RSS growth in a fresh interpreter for
   200,000 x 1 KiB through a slow subscriber under 16 MiB of flow control (at most 64 MiB).
+- ``_redis_pipeline``: ``redis_pipeline``, Publisher -> Redis topic -> ``workers=2`` vs
+  the raw redis-py ceiling (Lua XADD x100, two XREADGROUP + XACK processes; target 0.5).
 - ``_spark``: ``spark_source`` / ``spark_sink``, rows/s on ``local[2]`` (floor 100,000),
   skipped with a reason without pyspark, Java or the bridge's measurement.
 """

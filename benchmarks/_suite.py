@@ -23,6 +23,7 @@ from . import (
     _pipeline_pool,
     _process_actors,
     _publisher_batching,
+    _redis_pipeline,
     _spark,
     _thread_actors,
     _tuned,
@@ -45,6 +46,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     *_publisher_batching.SCENARIOS,
     *_latency.SCENARIOS,
     *_memory.SCENARIOS,
+    *_redis_pipeline.SCENARIOS,
     *_spark.SCENARIOS,
 )
 """Every scenario, in the order they run and print."""

@@ -12,6 +12,7 @@ arguments it was built with in ``args`` and builds its text in ``__str__``.
     ├── MessageTypeError         (also TypeError) the message is not of the topic's type
     ├── SettlementError          (also RuntimeError) the delivery was already settled
     ├── WouldBlock               a non-blocking call (or a bounded wait) could not proceed
+    ├── BackendUnavailableError  (also ConnectionError) a topic's backend (Redis) is unreachable
     ├── PublishError             a Publisher refused or failed a message; ``.code`` is gRPC's
     │   ├── FlowControlError         code 8: flow-control limits exceeded
     │   └── OrderingKeyPausedError   code 9: the ordering key is paused after a failure
@@ -22,6 +23,7 @@ arguments it was built with in ``args`` and builds its text in ``__str__``.
 from __future__ import annotations
 
 __all__ = [
+    "BackendUnavailableError",
     "BrokerTimeoutError",
     "BusError",
     "FlowControlError",
@@ -140,6 +142,23 @@ class WouldBlock(BusError):
 
     def __str__(self) -> str:
         return str(self.args[0]) or "the operation would block"
+
+
+class BackendUnavailableError(BusError, ConnectionError):
+    """The backend of a topic (the Redis of a ``backend="redis"`` topic) did not answer.
+
+    Args:
+        url: where the backend was expected (credentials left out).
+        detail: what went wrong.
+    """
+
+    def __init__(self, url: str = "", detail: str = "") -> None:
+        super().__init__(url, detail)
+
+    def __str__(self) -> str:
+        url, detail = self.args
+        return f"backend at {url} is unavailable: {detail}" if detail else (
+            f"backend at {url} is unavailable")
 
 
 class PublishError(BusError):

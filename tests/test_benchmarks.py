@@ -18,6 +18,7 @@ KERNEL_SCENARIOS = ("actor_tell", "actor_ask", "process_roundtrip", "process_bat
 RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "pipeline_tuned", "pipeline_pinned",
                      "fanout_cpu", "broadcast_fanout", "batching", "latency",
                      "memory_flow_control")
+REDIS_SCENARIOS = ("redis_pipeline",)
 SPARK_SCENARIOS = ("spark_source", "spark_sink")
 JSON_KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target"}
 NOT_YET = "runtime.spark measurement not available yet"
@@ -26,7 +27,7 @@ NOT_YET = "runtime.spark measurement not available yet"
 def test_every_scenario_of_the_suite_is_covered_here() -> None:
     names = [scenario.name for scenario in benchmarks.SCENARIOS]
 
-    assert names == [*KERNEL_SCENARIOS, *RUNTIME_SCENARIOS, *SPARK_SCENARIOS]
+    assert names == [*KERNEL_SCENARIOS, *RUNTIME_SCENARIOS, *REDIS_SCENARIOS, *SPARK_SCENARIOS]
 
 
 @pytest.mark.timeout(60)
@@ -66,6 +67,23 @@ def test_spark_rows_are_skipped_with_a_reason_when_the_measurement_is_missing(
     rows = json.loads(path.read_text(encoding="utf-8"))["results"]
     assert [(row["name"], row["value"], row["ratio"], row["skipped"]) for row in rows] == [
         (name, None, None, NOT_YET) for name in SPARK_SCENARIOS]
+
+
+@pytest.mark.timeout(120)
+def test_redis_pipeline_measures_against_the_raw_ceiling_or_says_why_not(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+
+    code = benchmarks.main(["--smoke", "--only", *REDIS_SCENARIOS, "--json", str(path)])
+
+    assert code == 0
+    rows = json.loads(path.read_text(encoding="utf-8"))["results"]
+    assert rows[0]["name"] == "redis_pipeline"
+    if rows[0].get("skipped"):
+        assert "redis" in rows[0]["skipped"].lower()
+        return
+    assert {row["name"] for row in rows} <= {"redis_pipeline", "redis_pipeline/dramatiq"}
+    for row in rows:
+        assert row["value"] > 0 and row["baseline_value"] > 0, row
 
 
 def test_unknown_scenario_is_refused_with_exit_code_2(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ LAYERS = {
     "runtime.core": 2,
     "runtime.publisher": 3,
     "runtime.broker": 4,
+    "runtime.redis": 4,
     "runtime.spark": 5,
     "runtime.cli": 6,
 }
@@ -29,6 +30,7 @@ LAYERS = {
 LAZY_UPWARD = {
     ("runtime.core._topic", "runtime.publisher"),  # Topic.publisher()
     ("runtime.core._bus", "runtime.broker"),  # Bus.serve()
+    ("runtime.core._bus", "runtime.redis"),  # Bus.create_topic(..., backend="redis")
 }
 
 

@@ -78,6 +78,7 @@ def test_every_error_round_trips_through_pickle(cls: type[BaseException]) -> Non
     (runtime.errors.TopicClosedError, RuntimeError),
     (runtime.errors.MessageTypeError, TypeError),
     (runtime.errors.SettlementError, RuntimeError),
+    (runtime.errors.BackendUnavailableError, ConnectionError),
 ])
 def test_errors_also_inherit_the_closest_builtin(cls: type, builtin: type) -> None:
     assert issubclass(cls, builtin)

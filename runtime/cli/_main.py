@@ -62,6 +62,9 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=_positive, default=None, metavar="N",
                       help="billing worker processes (default: the CPU count)")
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark stage")
+    demo.add_argument("--redis", metavar="URL", default=None,
+                      help="run on backend='redis' topics of this Redis (redis://host:port/db); "
+                      "the Spark stage is skipped")
     demo.set_defaults(run=_run_demo)
     add_serve_command(commands)
     add_remote_commands(commands)
@@ -83,7 +86,8 @@ def _version() -> str:
 def _run_demo(args: argparse.Namespace) -> int:
     from runtime.cli.demo._run import run_demo
 
-    return run_demo(messages=args.messages, workers=args.workers, spark=not args.no_spark)
+    return run_demo(messages=args.messages, workers=args.workers, spark=not args.no_spark,
+                    redis=args.redis)
 
 
 def _run_bench(args: argparse.Namespace) -> int:

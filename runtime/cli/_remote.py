@@ -31,6 +31,7 @@ def add_remote_commands(commands: Any) -> None:
         "and, for a topic whose publishers would wait, what holds them (max_pending, a full "
         "group, a broadcast subscriber a ring behind).")
     add_endpoint_arguments(stats, serving=False)
+    _add_redis_argument(stats)
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.set_defaults(run=run_stats)
     dlq = commands.add_parser(
@@ -40,6 +41,7 @@ def add_remote_commands(commands: Any) -> None:
         "subscriber), as a new attempt of the same message id.")
     dlq.add_argument("topic", metavar="TOPIC", help="the topic whose dead letters to inspect")
     add_endpoint_arguments(dlq, serving=False)
+    _add_redis_argument(dlq)
     action = dlq.add_mutually_exclusive_group()
     action.add_argument("--drain", action="store_true", help="remove them and print what was removed")
     action.add_argument(
@@ -48,13 +50,24 @@ def add_remote_commands(commands: Any) -> None:
     dlq.set_defaults(run=run_dlq)
 
 
+def _add_redis_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="read the backend='redis' topics of this Redis (redis://host:port/db) "
+                        "instead of a served broker")
+
+
 def connect(args: argparse.Namespace) -> Any:
-    """A `RemoteBus` for ``--address``/``--authkey-env`` (the caller closes it).
+    """A `RemoteBus` for ``--address``/``--authkey-env``, or the topics of the Redis at
+    ``--redis`` (the caller closes it).
 
     Raises:
         CliError: the broker refused the key.
-        ConnectionError: the broker is unreachable.
+        ConnectionError: the broker or the Redis is unreachable.
     """
+    if getattr(args, "redis", None):
+        from runtime.cli._redis import RedisTopics
+
+        return RedisTopics(args.redis)
 
     key, where = authkey(args.authkey_env), address(args.address)
     try:
@@ -73,7 +86,8 @@ def run_stats(args: argparse.Namespace) -> int:
         print(json.dumps({name: {**dataclasses.asdict(s), "held_by": held.get(name)}
                           for name, s in stats.items()}, indent=2))
         return 0
-    table = Table(title=f"topics on {args.address}", title_justify="left")
+    where = args.redis or args.address
+    table = Table(title=f"topics on {where}", title_justify="left")
     table.add_column("topic", no_wrap=True)
     for header in _STATS_COLUMNS.values():
         table.add_column(header, justify="right")

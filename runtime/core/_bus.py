@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from actors import ActorSystem, Event
 from runtime.core._outcome import PublishReport
@@ -39,12 +39,16 @@ class Bus:
     Args:
         system: run the actors here (the bus then never shuts it down).
         defaults: settings every `create_topic` starts from.
+        redis: the connection of ``backend="redis"`` topics: a ``redis://`` URL or a
+            ``redis.Redis`` client (``redis`` is imported when the first such topic is made).
+        allow: the user's plain classes a Redis topic's pickled bodies may name.
         clock: time source for ack deadlines (injectable for tests).
         sleep: the throttle's sleep (injectable for tests).
     """
 
     def __init__(
         self, *, system: ActorSystem | None = None, defaults: TopicSettings | None = None,
+        redis: Any = None, allow: tuple[type, ...] = (),
         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
     ) -> None:
         self._owns_system = system is None
@@ -60,6 +64,9 @@ class Bus:
         self._servers: list[BusServer] = []
         self._closers: list[threading.Thread] = []
         self._unwatch = self._system.events.subscribe(self._on_event)
+        self._redis = redis
+        self._allow = tuple(allow)
+        self._redis_backend: Any = None  # (Connection, Codec), made with the first Redis topic
 
     def __enter__(self) -> Bus:
         return self
@@ -91,6 +98,7 @@ class Bus:
             UnsupportedPolicyError: the backend cannot honour a policy value.
             TopicExistsError: the name is taken.
             TopicClosedError: the bus is closed.
+            BackendUnavailableError: a Redis topic's Redis did not answer.
         """
         if not isinstance(name, str) or not name:
             raise InvalidSettingsError("name", f"must be a non-empty str, got {name!r}")
@@ -101,12 +109,30 @@ class Bus:
                 raise TopicExistsError(name)
             merged = self._defaults.merged(**settings)
             merged.validate()
+            if merged.backend == "redis":
+                # A RedisTopic has the Topic interface (runtime.redis._topic).
+                self._topics[name] = cast("Topic[Any]", self._redis_topic(name, merged))
+                return self._topics[name]
             topic: Topic[Any] = Topic(
                 name, merged, system=self._system, timer=self._timer, resolve=self._resolve,
                 clock=self._clock, sleep=self._sleep, prefix=self._prefix,
             )
             self._topics[name] = topic
             return topic
+
+    def _redis_topic(self, name: str, settings: TopicSettings) -> Any:
+        """A ``backend="redis"`` topic on the bus's Redis (its lock held)."""
+        if self._redis is None:
+            raise InvalidSettingsError(
+                "redis", "backend='redis' needs a connection: Bus(redis=URL or redis.Redis)")
+        from runtime.redis import Codec, Connection, RedisTopic
+
+        if self._redis_backend is None:
+            self._redis_backend = (Connection(self._redis), Codec(self._allow))
+        connection, codec = self._redis_backend
+        return RedisTopic(name, settings, connection=connection, codec=codec,
+                          system=self._system, resolve=self._resolve, clock=self._clock,
+                          prefix=self._prefix)
 
     def topic(self, name: str) -> Topic[Any]:
         """The topic called ``name``.
@@ -188,6 +214,8 @@ class Bus:
         for topic in reversed(topics):
             topic._shutdown()
         self._timer.stop()
+        if self._redis_backend is not None:
+            self._redis_backend[0].close()
         if self._owns_system:
             self._system.shutdown()
 
@@ -213,4 +241,4 @@ class Bus:
             closer.start()
 
     def _resolve(self, topic: Any) -> Topic[Any]:
-        return topic if isinstance(topic, Topic) else self.topic(topic)
+        return self.topic(topic) if isinstance(topic, str) else topic

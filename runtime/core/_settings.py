@@ -10,13 +10,18 @@ from runtime.errors import InvalidSettingsError, UnsupportedPolicyError
 
 __all__ = ["TopicSettings"]
 
-_BACKENDS = ("in_memory",)
+_BACKENDS = ("in_memory", "redis")
 _ON_FULL = ("block", "drop_newest")
 _ON_LAG = ("block", "drop_oldest", "disconnect")
 # What each backend can honour; anything else is an UnsupportedPolicyError.
 _CAPABILITIES: dict[str, dict[str, tuple[str, ...]]] = {
     "in_memory": {"balanced_on_full": _ON_FULL, "broadcast_on_lag": ("block", "drop_oldest")},
+    # Redis Streams: a group never fills (the stream holds what waits) and each broadcast
+    # reader keeps its own cursor, so neither policy has anything to drop.
+    "redis": {"balanced_on_full": ("block",), "broadcast_on_lag": ("block",)},
 }
+# Partitions per backend: the in-memory topic is one queue per group.
+_MAX_PARTITIONS = {"in_memory": 1, "redis": 1024}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +44,9 @@ class TopicSettings:
         max_delivery_attempts: attempts per balanced delivery before dead-lettering.
         dead_letter_limit: dead letters kept (newest win, evictions counted); None keeps
             every one, without bound.
-        backend: where messages live; only ``"in_memory"`` exists.
+        backend: where messages live: ``"in_memory"`` (this process) or ``"redis"``
+            (Redis Streams, through the bus's ``redis`` connection).
+        partitions: streams the topic is split over (the in-memory backend takes 1).
     """
 
     message_type: type | None = None
@@ -53,6 +60,7 @@ class TopicSettings:
     max_delivery_attempts: int = 1
     dead_letter_limit: int | None = 10_000
     backend: str = "in_memory"
+    partitions: int = 1
 
     def merged(self, **overrides: Any) -> TopicSettings:
         """Return a copy with ``overrides`` applied; an explicit None wins too.
@@ -78,6 +86,11 @@ class TopicSettings:
         """
         if self.backend not in _BACKENDS:
             raise InvalidSettingsError("backend", f"unknown backend {self.backend!r}")
+        _positive_int("partitions", self.partitions)
+        if self.partitions > _MAX_PARTITIONS[self.backend]:
+            raise InvalidSettingsError(
+                "partitions", f"backend {self.backend!r} takes at most "
+                f"{_MAX_PARTITIONS[self.backend]}, got {self.partitions!r}")
         _positive_int("balanced_capacity", self.balanced_capacity)
         _positive_int("broadcast_capacity", self.broadcast_capacity)
         if self.broadcast_capacity > MAX_BROADCAST_CAPACITY:

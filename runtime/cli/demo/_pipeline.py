@@ -40,9 +40,11 @@ class DemoPipeline:
             messages would wait forever).
         console: where the revenue lines are printed.
         capacity: queue and ring size; the demo holds its whole backlog for Spark.
+        prefix: put before the topic names (a Redis run's own names).
     """
 
-    def __init__(self, bus: Bus, *, workers: int, analytics: bool, console: Console, capacity: int) -> None:
+    def __init__(self, bus: Bus, *, workers: int, analytics: bool, console: Console, capacity: int,
+                 prefix: str = "") -> None:
         self._console = console
         self._lock = threading.Lock()
         self.audited = 0
@@ -50,8 +52,9 @@ class DemoPipeline:
         self.revenue_rows = 0
         size = max(128, capacity)
         self.orders = bus.create_topic(
-            "orders", ack_timeout=120.0, balanced_capacity=size, broadcast_capacity=size)
-        self.revenue_topic = bus.create_topic("revenue", ack_timeout=30.0, broadcast_capacity=size)
+            f"{prefix}orders", ack_timeout=120.0, balanced_capacity=size, broadcast_capacity=size)
+        self.revenue_topic = bus.create_topic(f"{prefix}revenue", ack_timeout=30.0,
+                                              broadcast_capacity=size)
         self.orders.subscribe(bill, group="billing", workers=workers)
         self.orders.subscribe(self._audit, auto_ack=True)
         if analytics:
@@ -105,6 +108,13 @@ class DemoPipeline:
         report.dead_lettered_messages = len({d.message_id for d in letters})
         report.audited = self.audited
         report.revenue_rows = self.revenue_rows
+
+    def destroy(self) -> None:
+        """Delete the topics from their backend (a Redis run cleans up after itself)."""
+        for topic in (self.orders, self.revenue_topic):
+            destroy = getattr(topic, "destroy", None)
+            if destroy is not None:
+                destroy()
 
     def _audit(self, delivery: Delivery[Any]) -> None:
         json.loads(delivery.message.data)  # an auditor reads every order, valid or not

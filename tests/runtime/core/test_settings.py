@@ -62,7 +62,7 @@ def test_invalid_settings_name_the_first_failing_setting(
 
 
 def test_validation_order_checks_backend_before_capacities_before_throttle() -> None:
-    bad = TopicSettings(backend="redis", balanced_capacity=0, throttle=5.0,
+    bad = TopicSettings(backend="kafka", balanced_capacity=0, throttle=5.0,
                         broadcast_on_lag="disconnect")
 
     with pytest.raises(InvalidSettingsError) as first:
@@ -75,6 +75,25 @@ def test_validation_order_checks_backend_before_capacities_before_throttle() -> 
     assert [first.value.setting, second.value.setting, third.value.setting] == [
         "backend", "balanced_capacity", "throttle",
     ]
+
+
+def test_redis_is_a_backend_and_refuses_the_policies_it_cannot_honour() -> None:
+    TopicSettings(backend="redis").validate()
+
+    with pytest.raises(UnsupportedPolicyError) as info:
+        TopicSettings(backend="redis", balanced_on_full="drop_newest").validate()
+
+    assert info.value.setting == "balanced_on_full"
+
+
+def test_in_memory_backend_takes_one_partition_only() -> None:
+    TopicSettings(partitions=1).validate()
+
+    with pytest.raises(InvalidSettingsError) as info:
+        TopicSettings(partitions=2).validate()
+
+    assert info.value.setting == "partitions"
+    assert "partitions" in str(info.value)
 
 
 def test_disconnect_is_unsupported_by_the_in_memory_backend() -> None:

@@ -1,0 +1,119 @@
+"""A Redis topic's dead letters: a stream any process can read, drain and replay."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from runtime.core.settlement._dead_letters import DeadLetter
+from runtime.redis._connection import Connection
+from runtime.redis._keys import TopicKeys
+from runtime.redis._records import Codec
+from runtime.redis._watch import Watch
+
+__all__ = ["RedisDeadLetters"]
+
+
+class RedisDeadLetters:
+    """The `DeadLetterQueue` interface over the topic's ``dead`` stream (oldest first).
+
+    The stream is bounded by ``dead_letter_limit`` as each letter is written (the newest
+    kept). Every process that opens the topic sees the same letters.
+
+    Args:
+        connection: the bus's connection.
+        keys: the topic's keys.
+        topic: the topic's name.
+        codec: decodes the letters.
+        watch: runs the `on_dead_letter` callback.
+        replayer: ``replayer(topic) -> republish(dead_letter)``, as for the in-memory queue.
+    """
+
+    def __init__(self, connection: Connection, keys: TopicKeys, topic: str, codec: Codec,
+                 watch: Watch, replayer: Callable[[Any], Callable[[DeadLetter], None]]) -> None:
+        self._connection = connection
+        self._key = keys.dead
+        self._topic = topic
+        self._codec = codec
+        self._watch = watch
+        self._replayer = replayer
+
+    def __len__(self) -> int:
+        with self._connection.guard():
+            return int(self._connection.client.xlen(self._key))
+
+    def __iter__(self) -> Iterator[DeadLetter]:
+        """A snapshot, oldest first; removes nothing."""
+        with self._connection.guard():
+            entries = self._connection.client.xrange(self._key)
+        return iter(self._letters(entries))
+
+    def __repr__(self) -> str:
+        return f"RedisDeadLetters(topic={self._topic!r})"
+
+    @property
+    def evicted(self) -> int:
+        """Evictions are not counted on Redis (the stream trims itself): always 0."""
+        return 0
+
+    def drain(self) -> list[DeadLetter]:
+        """Empty the stream, then return what it held, oldest first (atomically: a letter
+        written meanwhile is either returned or kept)."""
+        with self._connection.guard():
+            pipe = self._connection.client.pipeline(transaction=True)
+            pipe.xrange(self._key)
+            pipe.delete(self._key)
+            entries, _ = pipe.execute()
+        return self._letters(entries)
+
+    def clear(self) -> None:
+        """Drop every dead letter."""
+        with self._connection.guard():
+            self._connection.client.delete(self._key)
+
+    def on_dead_letter(self, callback: Callable[[DeadLetter], Any] | None) -> None:
+        """Call ``callback(dead_letter)`` for each letter written from now on, by any
+        process (within the watch's poll period); None: off. Its exceptions are logged."""
+        self._watch.on_dead_letter(callback)
+
+    def replay(self, *, topic: Any = None) -> int:
+        """Drain and replay every letter, oldest first; return the count.
+
+        On this topic a letter goes back only to the group that failed it, as a new
+        attempt of the same message id (a letter of a group that is gone is dead-lettered
+        again as ``unsubscribed``); a letter no group took is published anew. With another
+        ``topic``, every letter is published there anew.
+
+        Raises:
+            TopicNotFoundError: no topic of that name.
+            TopicClosedError: the target topic is closed.
+        """
+        republish = self._replayer(topic)
+        items = self.drain()
+        for index, item in enumerate(items):
+            try:
+                republish(item)
+            except BaseException:
+                self._restore(items[index:])
+                raise
+        return len(items)
+
+    def _restore(self, items: list[DeadLetter]) -> None:
+        """Put letters a failed replay did not send back (as new entries, oldest first)."""
+        for item in items:
+            self._write(item)
+
+    def _write(self, item: DeadLetter) -> None:
+        from runtime.redis._records import optional
+
+        body, kind, key, attributes = self._codec.fields(item.message, item.key, item.attributes)
+        record: list[Any] = [
+            "m", item.message_id, "g", item.group or "", "s", item.subscriber_id, "r", item.reason,
+            "e", optional(item.error), "n", item.attempts, "x", optional(item.exception),
+            "t", optional(item.traceback), "b", body, "f", kind, "k", key, "a", attributes]
+        with self._connection.guard():
+            self._connection.client.xadd(self._key, dict(zip(record[::2], record[1::2], strict=True)))
+
+    def _letters(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[DeadLetter]:
+        return [self._codec.dead_letter(self._topic, entry_id.decode(), fields)
+                for entry_id, fields in entries]

@@ -1,0 +1,354 @@
+"""The Lua scripts that change a Redis topic's state, each one atomic step.
+
+Every step that must not be seen half done is one script: a publish (checks, entries,
+counters), a settlement (the fence, the ack or the dead letter, the outcome), a reclaim
+(expired and handed-back deliveries to a new holder or to the dead letters), a release
+(a member's deliveries handed back). Their keys are one partition's (`TopicKeys`), in one
+hash slot.
+
+Encodings shared with Python (`runtime.redis._records`):
+
+- optional text: ``""`` for None, else ``"." + text``;
+- a nack record: ``destination US reason US optional-error RS``;
+- the delivery count of a pending entry is the attempt of its holder; a handed-back entry
+  is parked with an idle time of `BIG_IDLE` milliseconds and the count its next claim
+  must start from.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "PUBLISH", "RECLAIM",
+           "RELEASE", "REPLAY", "SETTLE", "TRIM"]
+
+BIG_IDLE = 1 << 40
+"""The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
+it, and above `_PARKED_IDLE`, so a reclaim tells it from an expired one."""
+
+_PARKED_IDLE = 1 << 39
+_SETTLED_LENGTH = 100_000  # settled records kept for outcome watchers (approximate)
+
+_SETTLING = f"""
+local stream, stats, remaining, failed, dead, settled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local PARKED, BIG, PARKED_IDLE = '__parked', {BIG_IDLE}, {_PARKED_IDLE}
+local acked = {{}}
+-- No message of the topic waits for several groups (the common one-group topic): no
+-- per-message look at `remaining`.
+local multi = redis.call('HLEN', remaining) > 0
+local function nack_record(destination, reason, err)
+  return destination .. '\\31' .. reason .. '\\31' .. err .. '\\30'
+end
+local function complete(id, nack)
+  -- Only a message published to several groups has a `remaining` count (and, once one
+  -- of them nacked it, `failed` nacks).
+  local nacks = nack
+  if multi and redis.call('HEXISTS', remaining, id) == 1 then
+    local left = redis.call('HINCRBY', remaining, id, -1)
+    if left > 0 then
+      if nack then redis.call('HSET', failed, id, (redis.call('HGET', failed, id) or '') .. nack) end
+      return
+    end
+    redis.call('HDEL', remaining, id)
+    local earlier = redis.call('HGET', failed, id)
+    if earlier then
+      redis.call('HDEL', failed, id)
+      nacks = earlier .. (nack or '')
+    end
+  end
+  if nacks then
+    redis.call('HINCRBY', stats, 'pending', -1)
+    redis.call('XADD', settled, 'MAXLEN', '~', {_SETTLED_LENGTH}, '*', 'i', id, 'n', nacks)
+  else
+    acked[#acked + 1] = id
+  end
+end
+-- The acked messages' counters and their settled record: once per script call.
+local function flush_acked()
+  if #acked > 0 then
+    redis.call('HINCRBY', stats, 'pending', -#acked)
+    redis.call('HINCRBY', stats, 'delivered', #acked)
+    redis.call('XADD', settled, 'MAXLEN', '~', {_SETTLED_LENGTH}, '*', 'a', table.concat(acked, ','))
+  end
+end
+local function bury(id, group, sid, reason, err, attempts, exc, tb, dead_limit)
+  local fields = {{'m', id, 'g', group, 's', sid, 'r', reason, 'e', err, 'n', attempts,
+                  'x', exc, 't', tb}}
+  local entry = redis.call('XRANGE', stream, id, id)
+  if #entry > 0 then
+    local body = entry[1][2]
+    for i = 1, #body do fields[#fields + 1] = body[i] end
+  end
+  if dead_limit > 0 then
+    redis.call('XADD', dead, 'MAXLEN', dead_limit, '*', unpack(fields))
+  else
+    redis.call('XADD', dead, '*', unpack(fields))
+  end
+  redis.call('HINCRBY', stats, 'dead_lettered', 1)
+end
+local function holder_sid(owner)
+  return string.match(owner, ':(%-?%d+)$') or '-1'
+end
+"""
+
+PUBLISH = """
+local stream, groups, readers, stats, remaining, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local max_pending, dead_limit, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local throttled = tonumber(ARGV[4])  -- publishes the throttle delayed (counted here)
+-- ARGV[5]: 'p' (plain: n bodies of Messages with no key or attributes follow) or
+-- 'm' (mixed: body, format, key, attributes per message)
+local plain = ARGV[5] == 'p'
+local stride = 4
+if plain then stride = 1 end
+local names = redis.call('SMEMBERS', groups)
+local ngroups = #names
+local nreaders = redis.call('SCARD', readers)
+local pending = 0
+if max_pending > 0 and ngroups > 0 then
+  pending = tonumber(redis.call('HGET', stats, 'pending') or '0')
+  if pending >= max_pending then return {'full', pending} end
+end
+redis.call('HINCRBY', stats, 'published', n)
+if throttled > 0 then redis.call('HINCRBY', stats, 'throttled', throttled) end
+local out = {'ok', ngroups, nreaders, pending + n}
+for i = 1, ngroups do out[#out + 1] = names[i] end
+if ngroups == 0 and nreaders == 0 then
+  out[1] = 'none'
+  for i = 0, n - 1 do
+    local b = 6 + i * stride
+    local fields = {'m', '', 'g', '', 's', '-1', 'r', 'no_subscribers', 'e', '', 'n', '0',
+                    'x', '', 't', '', 'b', ARGV[b]}
+    if not plain then
+      for _, f in ipairs({'f', ARGV[b + 1], 'k', ARGV[b + 2], 'a', ARGV[b + 3]}) do
+        fields[#fields + 1] = f
+      end
+    end
+    if dead_limit > 0 then
+      out[#out + 1] = redis.call('XADD', dead, 'MAXLEN', dead_limit, '*', unpack(fields))
+    else
+      out[#out + 1] = redis.call('XADD', dead, '*', unpack(fields))
+    end
+  end
+  redis.call('HINCRBY', stats, 'nacked', n)
+  redis.call('HINCRBY', stats, 'dead_lettered', n)
+  return out
+end
+for i = 0, n - 1 do
+  local b = 6 + i * stride
+  local id
+  if plain then
+    id = redis.call('XADD', stream, '*', 'b', ARGV[b])
+  else
+    id = redis.call('XADD', stream, '*', 'b', ARGV[b], 'f', ARGV[b + 1], 'k', ARGV[b + 2],
+                    'a', ARGV[b + 3])
+  end
+  out[#out + 1] = id
+  if ngroups > 1 then redis.call('HSET', remaining, id, ngroups) end
+end
+if ngroups > 0 then
+  redis.call('HINCRBY', stats, 'pending', n)
+else
+  redis.call('HINCRBY', stats, 'delivered', n)
+end
+return out
+"""
+
+SETTLE = _SETTLING + """
+local group, consumer, sid = ARGV[1], ARGV[2], ARGV[3]
+local tmo, max_attempts, dead_limit = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local out = {}
+local to_ack = {}
+local function fence(id, attempt)
+  local p = redis.call('XPENDING', stream, group, id, id, 1)[1]
+  if not p then return 'gone' end
+  if p[2] ~= consumer or p[4] ~= attempt then return 'taken' end
+  if tmo > 0 and p[3] >= tmo then return 'late' end
+  return 'ok'
+end
+-- acks: a count, then (id, attempt) pairs
+local acks = tonumber(ARGV[7])
+for i = 0, acks - 1 do
+  local id = ARGV[8 + i * 2]
+  local state = fence(id, tonumber(ARGV[9 + i * 2]))
+  out[#out + 1] = state
+  if state == 'ok' then
+    to_ack[#to_ack + 1] = id
+    complete(id, nil)
+  end
+end
+-- nacks: a count, then (id, attempt, kind, reason, error, exception, traceback) each
+local base = 8 + acks * 2
+local nacks = tonumber(ARGV[base])
+for i = 0, nacks - 1 do
+  local b = base + 1 + i * 7
+  local id, attempt, kind = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
+  local state = fence(id, attempt)
+  out[#out + 1] = state
+  if state == 'ok' then
+    local reason, err = ARGV[b + 3], ARGV[b + 4]
+    redis.call('HINCRBY', stats, 'nacked', 1)
+    if kind == 'n' and attempt < max_attempts then
+      redis.call('XCLAIM', stream, group, PARKED, 0, id, 'IDLE', BIG, 'JUSTID')
+      redis.call('HINCRBY', stats, 'redelivered', 1)
+    else
+      to_ack[#to_ack + 1] = id
+      bury(id, group, sid, reason, err, attempt, ARGV[b + 5], ARGV[b + 6], dead_limit)
+      complete(id, nack_record('group:' .. group, reason, err))
+    end
+  end
+end
+if #to_ack > 0 then redis.call('XACK', stream, group, unpack(to_ack)) end
+flush_acked()
+return out
+"""
+
+RECLAIM = _SETTLING + """
+local group, consumer = ARGV[1], ARGV[2]
+local tmo, max_attempts, dead_limit = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local count = tonumber(ARGV[6])
+local min_idle = PARKED_IDLE
+if tmo > 0 then min_idle = tmo end
+local pending = redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', count)
+local out = {}
+local to_ack = {}
+for _, p in ipairs(pending) do
+  local id, owner, idle, times = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+  local parked = idle >= PARKED_IDLE
+  if not parked then redis.call('HINCRBY', stats, 'timed_out', 1) end
+  if not parked and times >= max_attempts then
+    to_ack[#to_ack + 1] = id
+    bury(id, group, holder_sid(owner), 'timeout', '', times, '', '', dead_limit)
+    complete(id, nack_record('group:' .. group, 'timeout', ''))
+  else
+    local got = redis.call('XCLAIM', stream, group, consumer, 0, id)
+    if #got > 0 then
+      if not parked then redis.call('HINCRBY', stats, 'redelivered', 1) end
+      out[#out + 1] = {id, got[1][2], times + 1}
+    else
+      complete(id, nack_record('group:' .. group, 'error', '.the entry was deleted from the stream'))
+    end
+  end
+end
+if #to_ack > 0 then redis.call('XACK', stream, group, unpack(to_ack)) end
+flush_acked()
+return out
+"""
+
+RELEASE = _SETTLING + """
+local group, consumer, running = ARGV[1], ARGV[2], ARGV[3]
+local max_attempts, dead_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+local held = redis.call('XPENDING', stream, group, '-', '+', 100000, consumer)
+local to_ack = {}
+local crashed = 0
+for _, p in ipairs(held) do
+  local id, times = p[1], tonumber(p[4])
+  if id == running then
+    crashed = 1
+    redis.call('HINCRBY', stats, 'nacked', 1)
+    if times >= max_attempts then
+      to_ack[#to_ack + 1] = id
+      bury(id, group, holder_sid(consumer), 'worker_crashed', '', times, '', '', dead_limit)
+      complete(id, nack_record('group:' .. group, 'worker_crashed', ''))
+    else
+      redis.call('XCLAIM', stream, group, PARKED, 0, id, 'IDLE', BIG, 'JUSTID')
+      redis.call('HINCRBY', stats, 'redelivered', 1)
+    end
+  else
+    redis.call('XCLAIM', stream, group, PARKED, 0, id, 'IDLE', BIG, 'RETRYCOUNT', times - 1, 'JUSTID')
+  end
+end
+if #to_ack > 0 then redis.call('XACK', stream, group, unpack(to_ack)) end
+flush_acked()
+redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+return {#held, crashed}
+"""
+
+CREATE_GROUP = """
+local stream, groups = KEYS[1], KEYS[2]
+if redis.call('SISMEMBER', groups, ARGV[1]) == 1 then return 0 end
+redis.pcall('XGROUP', 'CREATE', stream, ARGV[1], '$', 'MKSTREAM')
+redis.call('SADD', groups, ARGV[1])
+return 1
+"""
+
+DELETE_GROUP = _SETTLING + """
+local groups = KEYS[7]
+local group = ARGV[1]
+if redis.call('SREM', groups, group) == 0 then return 0 end
+local record = nack_record('group:' .. group, 'unsubscribed', '')
+local last = nil
+for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  for i = 1, #info, 2 do
+    if info[i] == 'name' and info[i + 1] == group then
+      for j = 1, #info, 2 do
+        if info[j] == 'last-delivered-id' then last = info[j + 1] end
+      end
+    end
+  end
+end
+for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', 1000000)) do
+  complete(p[1], record)
+end
+if last then
+  for _, e in ipairs(redis.call('XRANGE', stream, '(' .. last, '+')) do complete(e[1], record) end
+end
+redis.call('XGROUP', 'DESTROY', stream, group)
+flush_acked()
+return 1
+"""
+
+TRIM = """
+local stream, groups = KEYS[1], KEYS[2]
+local names = redis.call('SMEMBERS', groups)
+if #names == 0 or redis.call('EXISTS', stream) == 0 then return 0 end
+local floor = nil
+local function older(a, b)
+  local am, as = string.match(a, '(%d+)-(%d+)')
+  local bm, bs = string.match(b, '(%d+)-(%d+)')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as < bs)
+end
+for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local name, last = nil, nil
+  for i = 1, #info, 2 do
+    if info[i] == 'name' then name = info[i + 1] end
+    if info[i] == 'last-delivered-id' then last = info[i + 1] end
+  end
+  local first = redis.call('XPENDING', stream, name)[2]
+  local keep = last
+  if first then keep = first end
+  if floor == nil or older(keep, floor) then floor = keep end
+end
+if floor == nil then return 0 end
+return redis.call('XTRIM', stream, 'MINID', '~', floor)
+"""
+
+DECLARE = """
+local settings = KEYS[1]
+if redis.call('EXISTS', settings) == 1 then return redis.call('HGETALL', settings) end
+redis.call('HSET', settings, unpack(ARGV))
+return {}
+"""
+
+BURY = """
+local dead, stats = KEYS[1], KEYS[2]
+local dead_limit = tonumber(ARGV[1])
+local fields = {}
+for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
+if dead_limit > 0 then
+  redis.call('XADD', dead, 'MAXLEN', dead_limit, '*', unpack(fields))
+else
+  redis.call('XADD', dead, '*', unpack(fields))
+end
+redis.call('HINCRBY', stats, 'nacked', 1)
+redis.call('HINCRBY', stats, 'dead_lettered', 1)
+return 1
+"""
+
+REPLAY = """
+local stream, groups, stats = KEYS[1], KEYS[2], KEYS[3]
+local group = ARGV[1]
+if redis.call('SISMEMBER', groups, group) == 0 then return false end
+local id = redis.call('XADD', stream, '*', 'b', ARGV[3], 'f', ARGV[4], 'k', ARGV[5], 'a', ARGV[6],
+                      'r', ARGV[2], 'o', group)
+redis.call('HINCRBY', stats, 'pending', 1)
+return id
+"""

@@ -1,0 +1,419 @@
+"""What only a Redis topic does: durability across handles, declare semantics, fencing,
+deadlines measured by Redis, hand-back on close, typed failures."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from runtime import Bus, Message, TopicSettings
+from runtime.errors import (
+    BackendUnavailableError,
+    InvalidSettingsError,
+    SettlementError,
+    TopicClosedError,
+    UnsupportedPolicyError,
+    WouldBlock,
+)
+from runtime.redis._keys import TopicKeys
+
+
+def test_messages_waiting_in_a_group_survive_the_bus_that_published_them(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as first:
+        topic = first.create_topic(topic_name, backend="redis")
+        topic.create_group("g")
+        ids = [topic.publish(Message(data=f"m{i}".encode())).message_id for i in range(3)]
+
+    with Bus(redis=redis_url) as second:
+        topic = second.create_topic(topic_name, backend="redis")
+        pull = topic.subscription(group="g")
+        received = [pull.receive(timeout=10) for _ in range(3)]
+        for delivery in received:
+            delivery.ack()
+
+        assert [d.message_id for d in received] == ids
+        assert [d.message.data for d in received] == [b"m0", b"m1", b"m2"]
+        assert topic.join(timeout=10) is True
+        topic.destroy()
+
+
+def test_create_topic_attaches_when_settings_match_and_names_the_first_that_differs(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as first, Bus(redis=redis_url) as second:
+        first.create_topic(topic_name, backend="redis", ack_timeout=10.0, max_pending=5)
+
+        attached = second.create_topic(topic_name, backend="redis", ack_timeout=10.0,
+                                       max_pending=5)
+        with Bus(redis=redis_url) as third, pytest.raises(InvalidSettingsError) as info:
+            third.create_topic(topic_name, backend="redis", ack_timeout=3.0, max_pending=6)
+
+        assert attached.settings.ack_timeout == 10.0
+        assert info.value.setting == "ack_timeout"
+        attached.destroy()
+
+
+def test_late_ack_after_redis_took_the_delivery_back_raises(redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.2,
+                                   max_delivery_attempts=2)
+    slow = topic.subscription(group="g")
+    fast = topic.subscription(group="g")
+    report = topic.publish("once")
+    first = slow.receive(timeout=10)
+
+    second = fast.receive(timeout=10)  # after the deadline, Redis hands it to the other
+    with pytest.raises(SettlementError):
+        first.ack()
+    second.ack()
+
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert first.timed_out is True
+    assert report.outcome.result(timeout=10).acked is True
+    stats = topic.stats()
+    assert (stats.timed_out, stats.redelivered, stats.delivered) == (1, 1, 1)
+    topic.destroy()
+
+
+def test_expired_last_attempt_is_dead_lettered_timeout(redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.2)
+    holder = topic.subscription(group="g")
+    other = topic.subscription(group="g")
+    report = topic.publish("never acked")
+    held = holder.receive(timeout=10)
+
+    with pytest.raises(TimeoutError):
+        other.receive(timeout=0.6)  # its reads reclaim the expired delivery: dead, not given
+
+    outcome = report.outcome.result(timeout=10)
+    [letter] = list(topic.dead_letters)
+    assert (letter.reason, letter.attempts, letter.message) == ("timeout", 1, "never acked")
+    assert letter.subscriber_id == held.subscriber_id
+    assert outcome.nacks[0].reason == "timeout"
+    with pytest.raises(SettlementError):
+        held.ack()
+    assert topic.stats().timed_out == 1
+    topic.destroy()
+
+
+def test_close_hands_unsettled_deliveries_back_with_no_attempt_counted(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as first:
+        topic = first.create_topic(topic_name, backend="redis", ack_timeout=30.0)
+        pull = topic.subscription(group="g", prefetch=3)
+        for i in range(3):
+            topic.publish(i)
+        taken = pull.receive(timeout=10)
+    with pytest.raises(SettlementError):
+        taken.ack()
+
+    with Bus(redis=redis_url) as second:
+        topic = second.create_topic(topic_name, backend="redis", ack_timeout=30.0)
+        pull = topic.subscription(group="g")
+        again = [pull.receive(timeout=10) for _ in range(3)]
+        for delivery in again:
+            delivery.ack()
+
+        assert sorted(d.message for d in again) == [0, 1, 2]
+        assert [d.attempt for d in again] == [1, 1, 1]
+        assert topic.join(timeout=10) is True
+        assert topic.stats().dead_lettered == 0
+        topic.destroy()
+
+
+def test_closed_handle_refuses_publish_but_the_topic_lives_on(redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis")
+        topic.create_group("g")
+        topic.publish("kept")
+        bus.remove_topic(topic_name)
+
+        with pytest.raises(TopicClosedError):
+            topic.publish("refused")
+        again = bus.create_topic(topic_name, backend="redis")
+        assert again.stats().pending == 1
+        again.destroy()
+        assert redis.Redis.from_url(redis_url).exists(*TopicKeys.of(topic_name).all()) == 0
+
+
+def test_max_pending_holds_publishers_until_a_slot_frees(redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", max_pending=2)
+    topic.create_group("g")
+    topic.publish(1)
+    topic.publish(2)
+
+    with pytest.raises(WouldBlock):
+        topic.publish(3, timeout=0.2)
+    pull = topic.subscription(group="g")
+    pull.receive(timeout=10).ack()
+    report = topic.publish(3, timeout=10)
+
+    assert report.message_id
+    assert topic.held_by() is not None
+    assert topic.stats().pending == 2
+    topic.destroy()
+
+
+def test_undecodable_body_is_dead_lettered_error_and_nothing_runs(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    topic.create_group("g")
+    evil = pickle.dumps(subprocess.Popen)  # names a class no allow-list has
+    client = redis.Redis.from_url(redis_bus._redis)
+    stream = TopicKeys.of(topic_name).stream
+    client.xadd(stream, {"b": evil, "f": "p", "k": "", "a": ""})
+    client.hincrby(TopicKeys.of(topic_name).stats, "pending", 1)
+    topic.publish("fine")
+    pull = topic.subscription(group="g")
+
+    delivery = pull.receive(timeout=10)
+    delivery.ack()
+
+    assert delivery.message == "fine"
+    [letter] = list(topic.dead_letters)
+    assert letter.reason == "error"
+    assert "subprocess.Popen" in (letter.error or "")
+    assert topic.join(timeout=10) is True
+    topic.destroy()
+
+
+def test_allow_lets_a_plain_class_cross(redis_url: str, topic_name: str) -> None:
+    from support.redis_types import Order
+
+    with Bus(redis=redis_url, allow=(Order,)) as bus:
+        topic = bus.create_topic(topic_name, backend="redis")
+        pull = topic.subscription(group="g")
+        topic.publish(Order(sku="a", quantity=2))
+
+        delivery = pull.receive(timeout=10)
+        delivery.ack()
+
+        assert delivery.message == Order(sku="a", quantity=2)
+        topic.destroy()
+
+
+@pytest.mark.parametrize(("setting", "value"), [
+    ("balanced_on_full", "drop_newest"), ("broadcast_on_lag", "drop_oldest"),
+    ("broadcast_on_lag", "disconnect"),
+])
+def test_policies_redis_cannot_honour_are_refused(redis_bus: Bus, topic_name: str,
+                                                   setting: str, value: str) -> None:
+    with pytest.raises(UnsupportedPolicyError) as info:
+        redis_bus.create_topic(topic_name, backend="redis", **{setting: value})
+
+    assert setting in str(info.value)
+    assert value in str(info.value)
+
+
+def test_redis_topic_needs_a_connection() -> None:
+    with Bus() as bus, pytest.raises(InvalidSettingsError) as info:
+        bus.create_topic("orders", backend="redis")
+
+    assert info.value.setting == "redis"
+
+
+def test_partitions_beyond_one_are_refused_by_both_backends_for_now(redis_bus: Bus,
+                                                                     topic_name: str) -> None:
+    with pytest.raises(InvalidSettingsError) as in_memory:
+        TopicSettings(partitions=2).validate()
+    TopicSettings(backend="redis", partitions=4).validate()  # the setting itself is valid
+    with pytest.raises(InvalidSettingsError) as redis_topic:
+        redis_bus.create_topic(topic_name, backend="redis", partitions=4)
+
+    assert (in_memory.value.setting, redis_topic.value.setting) == ("partitions", "partitions")
+    assert topic_name not in redis_bus.topics()
+
+
+def test_a_redis_that_is_down_is_a_typed_error_naming_its_url() -> None:
+    with (socket_port() as port, Bus(redis=f"redis://127.0.0.1:{port}/0") as bus,
+          pytest.raises(BackendUnavailableError) as info):
+        bus.create_topic("orders", backend="redis")
+
+    assert f"127.0.0.1:{port}" in str(info.value)
+    assert isinstance(info.value, ConnectionError)
+
+
+def test_thread_members_in_one_group_share_the_work_without_duplicates(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    seen: dict[int, list[Any]] = {1: [], 2: []}
+    lock = threading.Lock()
+
+    def member(number: int) -> Any:
+        def handle(delivery: Any) -> None:
+            with lock:
+                seen[number].append(delivery.message)
+            delivery.ack()
+        return handle
+
+    topic.subscribe(member(1), group="g", prefetch=4)
+    topic.subscribe(member(2), group="g", prefetch=4)
+
+    for i in range(400):
+        topic.publish(i)
+
+    assert topic.join(timeout=20) is True
+    assert sorted(seen[1] + seen[2]) == list(range(400))
+    assert topic.stats().delivered == 400
+    topic.destroy()
+
+
+def test_import_runtime_does_not_import_redis() -> None:
+    code = "import sys, runtime; print('redis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert out.stdout.split() == ["False"]
+
+
+class socket_port:
+    """A loopback port nothing listens on, for the test's duration."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        return int(self._socket.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._socket.close()
+
+
+def test_entries_every_group_settled_are_trimmed_from_the_stream(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    topic.subscribe(lambda d: d.ack(), group="a")
+    topic.subscribe(lambda d: d.ack(), group="b")
+    publisher = topic.publisher()
+    for i in range(3000):
+        publisher.publish(f"{i}".encode())
+    publisher.flush(timeout=10)
+    assert topic.join(timeout=20) is True
+    client = redis.Redis.from_url(redis_bus._redis)
+    stream = TopicKeys.of(topic_name).stream
+
+    topic.publish(b"one more")  # members trim on their next reads
+    assert topic.join(timeout=10) is True
+    trimmed = _eventually(lambda: client.xlen(stream) < 1000)
+
+    assert trimmed
+    assert topic.stats().delivered == 3001
+    topic.destroy()
+
+
+def test_deleting_a_group_completes_what_waits_in_it_as_unsubscribed(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    topic.create_group("gone")
+    topic.subscribe(lambda d: d.ack(), group="stays")
+    report = topic.publish("x")
+
+    topic.delete_group("gone")
+
+    outcome = report.outcome.result(timeout=10)
+    assert outcome.nacks[0].destination == "group:gone"
+    assert outcome.nacks[0].reason == "unsubscribed"
+    assert topic.groups() == ["stays"]
+    assert topic.join(timeout=10) is True
+    topic.destroy()
+
+
+def test_dead_letter_callback_sees_letters_written_by_any_process(
+        redis_url: str, topic_name: str) -> None:
+    seen: list[Any] = []
+    arrived = threading.Event()
+    with Bus(redis=redis_url) as watching, Bus(redis=redis_url) as failing:
+        watched = watching.create_topic(topic_name, backend="redis")
+        watched.dead_letters.on_dead_letter(lambda letter: (seen.append(letter), arrived.set()))
+        other = failing.create_topic(topic_name, backend="redis")
+        other.subscribe(lambda d: d.nack("no"), group="g")
+
+        other.publish("refused")
+
+        assert arrived.wait(timeout=10)
+        assert [(s.message, s.reason, s.error) for s in seen] == [("refused", "nack", "no")]
+        other.destroy()
+
+
+def test_publish_to_a_redis_that_went_down_raises_naming_its_url(durable_redis: Any,
+                                                                 topic_name: str) -> None:
+    import time
+
+    with Bus(redis=durable_redis.url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis")
+        topic.create_group("g")
+        topic.publish("kept")
+        durable_redis.kill()
+        started = time.monotonic()
+
+        with pytest.raises(BackendUnavailableError) as info:
+            topic.publish("refused")
+
+        assert time.monotonic() - started < 15.0
+        assert f"127.0.0.1:{durable_redis.port}" in str(info.value)
+        durable_redis.start()
+        assert topic.stats().published == 1
+        topic.destroy()
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _eventually(check: Any, timeout: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        pause.wait(0.05)
+    return bool(check())
+
+
+def test_a_delivery_that_expired_in_its_members_batch_is_never_run(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3,
+                                   max_delivery_attempts=2)
+    runs: list[tuple[Any, int]] = []
+    work = threading.Event()  # never set: the first attempt of "slow" works for 0.5 s
+
+    def handler(delivery: Any) -> None:
+        runs.append((delivery.message, delivery.attempt))
+        if delivery.message == "slow" and delivery.attempt == 1:
+            work.wait(0.5)
+        delivery.ack()
+
+    topic.create_group("g")
+    topic.publish("slow")
+    topic.publish("next")
+    topic.subscribe(handler, group="g", prefetch=2)
+
+    assert topic.join(timeout=20) is True
+    assert runs == [("slow", 1), ("slow", 2), ("next", 2)]
+    stats = topic.stats()
+    assert (stats.delivered, stats.timed_out, stats.dead_lettered) == (2, 2, 0)
+    topic.destroy()
+
+
+def test_throttle_slows_and_counts_publishes_near_max_pending(redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", max_pending=10, throttle=0.5)
+    topic.create_group("g")
+
+    for i in range(8):
+        topic.publish(i)
+
+    # After the 5th, 5 of 10 slots are free (ratio 0.5): the 6th..8th publishes wait.
+    assert topic.stats().throttled == 3
+    assert topic.stats().pending == 8
+    topic.destroy()
