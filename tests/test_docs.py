@@ -19,6 +19,7 @@ import pytest
 
 from actors import Backoff, ChildSpec, SupervisorSpec
 from runtime import BatchSettings, BusServer, FlowControl, TopicSettings
+from runtime.broker._staging import StagingLimits
 from runtime.cli._main import _build_parser
 from runtime.errors import InvalidSettingsError
 
@@ -136,7 +137,8 @@ def _value_of(cell: str) -> Any:
     match = re.match(r"\s*`([^`]+)`", cell)
     if match is None:
         return cell.strip()
-    return eval(match.group(1), {"__builtins__": {}}, {})  # the cell is a literal expression
+    # The cell is a literal expression, or a settings object built with its defaults.
+    return eval(match.group(1), {"__builtins__": {}}, {"StagingLimits": StagingLimits})
 
 
 def _field_default(field: dataclasses.Field[Any]) -> Any:
