@@ -7,7 +7,7 @@
   applies them.
 - ``_sequencer``: one batch in flight per ordering key; ``_flush``: flush and close.
 - ``_messages``, ``_validation``: message records and the checks done at ``publish()``
-  (publish futures are the core's ``MessageFuture``).
+  (each publish gets a new `concurrent.futures.Future`).
 
 Imports run one way: ``publisher`` -> ``core``.
 """

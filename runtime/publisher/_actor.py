@@ -13,9 +13,8 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
-`_settle`: on confirmation, failure, a paused key or a stop. A future nobody can read
-any more is dropped when its message is drained (`drop_unreachable`): the collector
-would walk it until then.
+`_settle`: on confirmation, failure, a paused key or a stop. Each future is the one its
+``publish`` returned, held until then and never handed to another message.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core._future import fail_future, resolve_all
 from runtime.errors import OrderingKeyPausedError, PublishError
-from runtime.publisher._batching import Batch, Batcher, BatchSettings
+from runtime.publisher._batching import Batch, Batcher, BatchSettings, fail_all, resolve_all
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
 from runtime.publisher._intake import Columns, Intake, uncounted
@@ -46,7 +44,6 @@ from runtime.publisher._messages import (
 from runtime.publisher._sending import SEND_WINDOW, Sending
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
-from runtime.publisher._unreachable import drop_unreachable
 
 __all__ = ["SEND_WINDOW", "PublisherActor"]
 
@@ -134,10 +131,7 @@ class PublisherActor(Sending, Actor):
         datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
         if not futures:
             return
-        intake = self._intake
-        kept = drop_unreachable(
-            futures, intake.spares, intake.spare_room(len(futures)), intake.since)
-        for batch in self._lanes.add(datas, attributes, keys, kept, sizes,
+        for batch in self._lanes.add(datas, attributes, keys, futures, sizes,
                                      ordering=self._ordering):
             self._close(batch)
         if self._tick_at is None:
@@ -213,8 +207,7 @@ class PublisherActor(Sending, Actor):
         if ids is not None:
             resolve_all(futures if error is None else futures[:len(ids)], ids)
         if error is not None:
-            for future in futures if ids is None else futures[len(ids):]:
-                fail_future(future, error)
+            fail_all(futures if ids is None else futures[len(ids):], error)
         held = self._releasing
         if held is None:
             self._gate.release(len(batch), batch.size)
@@ -233,17 +226,13 @@ class PublisherActor(Sending, Actor):
     def _abandon(self, error: PublishError, *, final: bool) -> None:
         """Stop the ticker; fail and release everything not yet settled; wake flushes.
 
-        ``final`` (the last stop) seals the intake (whoever appends later fails it) and
-        lets its spare futures go.
+        ``final`` (the last stop) seals the intake (whoever appends later fails it).
         """
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
         _, _, _, futures, sizes, _ = self._take(seal=final)
-        if final:
-            self._intake.spares.clear()
-        for future in futures:  # admitted but never batched: they fail too
-            fail_future(future, error)
+        fail_all(futures, error)  # admitted but never batched: they fail too
         self._gate.release(len(sizes), sum(sizes))
         self._sequencer.drain()
         self._in_flight.clear()

@@ -16,17 +16,35 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
 from runtime.core._message import Message, new_message
 from runtime.errors import PublishError
 
-__all__ = ["Batch", "BatchSettings", "Batcher", "Parts"]
+__all__ = ["Batch", "BatchSettings", "Batcher", "Parts", "fail_all", "resolve_all"]
 
 # One message on its way into a batch: data, attributes, ordering key, future, size.
-Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str] | None", int]
+Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str]", int]
+
+
+def resolve_all(futures: Sequence[Future[str]], ids: Sequence[str]) -> None:
+    """``set_result`` for each future and id, in order; one the caller cancelled is skipped."""
+    for future, message_id in zip(futures, ids, strict=True):
+        try:
+            future.set_result(message_id)
+        except InvalidStateError:  # cancelled by its holder: nobody waits for the id
+            pass
+
+
+def fail_all(futures: Sequence[Future[str]], error: BaseException) -> None:
+    """``set_exception`` for each future; one already done (cancelled) is skipped."""
+    for future in futures:
+        try:
+            future.set_exception(error)
+        except InvalidStateError:
+            pass
 
 
 def _invalid(setting: str, detail: str, value: object) -> PublishError:
@@ -92,7 +110,7 @@ class Batch:
         self.datas: list[bytes] = []
         self.attributes: list[dict[str, str]] = []
         self.keys: list[str | None] = []
-        self.futures: list[Future[str] | None] = []
+        self.futures: list[Future[str]] = []
         self.size = 0
 
     @property
@@ -102,7 +120,7 @@ class Batch:
 
     def extend(
         self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str] | None],
+        keys: list[str | None], futures: list[Future[str]],
     ) -> None:
         """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch
         keeps the lists given whole (a lane's picked columns), else the slices: no copy
@@ -190,7 +208,7 @@ class Batcher:
 
     def add_columns(
         self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str] | None], sizes: list[int],
+        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
     ) -> list[Batch]:
         """`add_many` for messages given as parallel lists, one lane: a slice per batch.
 

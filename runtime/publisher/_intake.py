@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from itertools import compress
 from typing import Any
 
-from runtime.core._future import MessageFuture, fail_future, touch_mark
+from runtime.publisher._batching import fail_all
 from runtime.publisher._flow_control import FlowGate
 
 __all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "uncounted"]
@@ -17,16 +18,6 @@ __all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "unc
 # actor counts it when it takes the message, and None when a credit admitted it (the gate
 # counted the message, the actor counts its bytes).
 WIDTH = 6
-# Spare futures an intake keeps: twice its recent peak drain and 1,024 more, at most
-# 65,536 (~9 MiB). A fast publisher added tens of thousands between two drains (each
-# waited for the interpreter's switch interval, before `YIELD_EVERY`), more or fewer from
-# one drain to the next; every full collection walks the spares. The peak is the largest
-# drain, less an eighth of it per drain since: a burst's spares outlast the small drains
-# that end it (trimmed to twice the last drain, ~10% of a benchmark's publishes built a
-# new future, and each new one is young work for the collector), and the room halves
-# about every five drains of little after it.
-SPARES = 65_536
-SPARES_FLOOR = 1_024
 # A publisher that finds this many messages (and each multiple of it) waiting for the
 # actor releases the GIL for a moment (``time.sleep(0)``). A publish loop otherwise
 # holds it until the interpreter's switch interval (5 ms) forces a switch, and each
@@ -37,9 +28,9 @@ SPARES_FLOOR = 1_024
 # publisher goes on (a yield every 256 or 512 messages did worse than every 1,024).
 YIELD_EVERY = 1_024
 YIELD_ROWS = YIELD_EVERY * WIDTH
-Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, "bool | None"]
+Row = tuple[bytes, dict[str, str], "str | None", "Future[str]", int, "bool | None"]
 Columns = tuple[
-    list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],
+    list[bytes], list[dict[str, str]], list["str | None"], list["Future[str]"], list[int],
     list["bool | None"],
 ]
 
@@ -68,18 +59,12 @@ class Intake:
     settles even then.
     """
 
-    __slots__ = ("_mark", "_peak", "armed", "rows", "sealed", "since", "spares")
+    __slots__ = ("armed", "rows", "sealed")
 
     def __init__(self) -> None:
         self.rows: list[Any] = []
         self.armed = False
         self.sealed = False
-        # Pending futures that nobody could read any more (`drop_unreachable`), for
-        # `publish` to reuse: a publisher pops one, the actor adds them (`spare_room`).
-        self.spares: list[MessageFuture[str]] = []
-        self._peak = 0  # see SPARES
-        # `touch_mark` read before any future of the last take was added (`take`).
-        self.since = self._mark = touch_mark()
 
     def add(self, row: Row) -> bool:
         """Append one message; True when the caller must tell the actor to drain."""
@@ -89,20 +74,9 @@ class Intake:
         self.armed = True
         return True
 
-    def spare_room(self, drained: int) -> int:
-        """How many spares to keep after a drain of ``drained`` messages (see SPARES);
-        trims the rest."""
-        self._peak = peak = max(drained, self._peak - (self._peak >> 3))
-        room = min(SPARES, 2 * peak + SPARES_FLOOR)
-        del self.spares[room:]
-        return room
-
     def take(self) -> Columns:
         """Every message added so far, in order, as columns (gate lock held)."""
         self.armed = False
-        # Every future taken now was added after the previous take read its mark: no
-        # reader could touch one before that mark, only after it (`drop_unreachable`).
-        self.since, self._mark = self._mark, touch_mark()
         rows = self.rows
         end = len(rows)  # appends made meanwhile land after ``end``, whole: left for later
         columns = _columns(rows, end)
@@ -160,5 +134,4 @@ def reap(intake: Intake, gate: FlowGate, error: Callable[[], BaseException]) -> 
         _, _, _, futures, sizes, counted = intake.take()
         free, free_bytes = uncounted(sizes, counted)  # never counted: nothing to release
         gate.release_locked(len(sizes) - free, sum(sizes) - free_bytes)
-    for future in futures:
-        fail_future(future, error())
+    fail_all(futures, error())

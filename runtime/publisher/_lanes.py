@@ -9,10 +9,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from runtime.core._block import picker
-from runtime.core._future import fail_future
 from runtime.core._message import NO_ATTRIBUTES
 from runtime.errors import OrderingKeyPausedError
-from runtime.publisher._batching import Batch, Batcher, Parts
+from runtime.publisher._batching import Batch, Batcher, Parts, fail_all
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._sequencer import KeySequencer
 
@@ -44,7 +43,7 @@ class Lanes:
 
     def add(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-        futures: list[Future[str] | None], sizes: list[int], *, ordering: bool,
+        futures: list[Future[str]], sizes: list[int], *, ordering: bool,
     ) -> list[Batch]:
         """Add a burst, in publish order per lane; return the batches it closed."""
         if not ordering:
@@ -58,26 +57,23 @@ class Lanes:
 
     def _split_columns(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-        futures: list[Future[str] | None], sizes: list[int],
+        futures: list[Future[str]], sizes: list[int],
     ) -> list[Batch]:
         """Many messages per lane: pick each lane's columns. A lane's keys are its key,
         and bare publishes share one empty attributes object: those two columns are
         repeated, not picked."""
         closed: list[Batch] = []
         bare = attributes.count(NO_ATTRIBUTES) == len(attributes)
-        # Nobody holds one (`drop_unreachable`); a future is true (no __bool__): `any`
-        # stops at the first one held, where a count compared every future with None.
-        dropped = not any(futures)
         for key, at in lanes_of(keys).items():
             count, pick = len(at), picker(at)
             closed += self._columns(
                 key, pick(datas), [NO_ATTRIBUTES] * count if bare else pick(attributes),
-                [key] * count, [None] * count if dropped else pick(futures), pick(sizes))
+                [key] * count, pick(futures), pick(sizes))
         return closed
 
     def _split_rows(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-        futures: list[Future[str] | None], sizes: list[int],
+        futures: list[Future[str]], sizes: list[int],
     ) -> list[Batch]:
         """Few messages per lane: a row per message."""
         closed: list[Batch] = []
@@ -93,18 +89,16 @@ class Lanes:
 
     def _columns(
         self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str] | None], sizes: list[int],
+        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
     ) -> list[Batch]:
         if key is not None and self._sequencer.is_paused(key):
             self._refuse(key, futures, sum(sizes))
             return []
         return self._batcher.add_columns(key, datas, attributes, keys, futures, sizes)
 
-    def _refuse(self, key: str, futures: list[Future[str] | None], nbytes: int) -> None:
+    def _refuse(self, key: str, futures: list[Future[str]], nbytes: int) -> None:
         """Fail a paused key's messages and release their capacity."""
-        error = OrderingKeyPausedError(key)
-        for future in futures:
-            fail_future(future, error)
+        fail_all(futures, OrderingKeyPausedError(key))
         self._gate.release(len(futures), nbytes)
 
 

@@ -255,7 +255,7 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
 
 def test_a_burst_whose_futures_nobody_holds_is_cut_alike(system: ActorSystem) -> None:
     # Fire and forget: no future of the burst is held when the actor takes it, so the
-    # lanes take no future column (each batch's are None, `drop_unreachable`).
+    # lanes still carry each future with its message.
     topic = _GatedTopic()
     keys = [f"k{n}" for n in range(16)]
     per_key = COLUMNS_FROM + 6
