@@ -63,7 +63,7 @@ class BatchSettings:
         max_messages: a batch goes out when it holds this many messages (>= 1).
         max_bytes: a batch goes out when its ``Message.size`` total reaches this (>= 1).
         max_latency: a batch goes out at most this many seconds after its first
-            message (>= 0; 0 sends every message at once).
+            message (finite, >= 0; 0 sends every message at once).
 
     Raises:
         PublishError: code 3 when a value is out of range.
@@ -81,9 +81,9 @@ class BatchSettings:
         latency = self.max_latency
         if (
             isinstance(latency, bool) or not isinstance(latency, int | float)
-            or math.isnan(latency) or latency < 0
+            or not math.isfinite(latency) or latency < 0
         ):
-            raise _invalid("max_latency", "must be a number >= 0", latency)
+            raise _invalid("max_latency", "must be a finite number >= 0", latency)
 
 
 class Batch:

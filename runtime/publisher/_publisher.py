@@ -29,6 +29,7 @@ from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     MAX_ORDERING_KEY_BYTES,
     check_ordering,
+    checked_timeout,
     checked_topic,
     closed_error,
     merge,
@@ -201,7 +202,9 @@ class Publisher(Submitting):
 
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
+            ValueError: ``timeout`` is not None or a finite number >= 0.
         """
+        timeout = checked_timeout(timeout)
         if self.outstanding[0] == 0:
             return
         done: Future[None] = Future()
@@ -219,7 +222,10 @@ class Publisher(Submitting):
 
         Raises:
             TimeoutError: the flush did not finish within ``timeout`` seconds.
+            ValueError: ``timeout`` is not None or a finite number >= 0 (the
+                Publisher stays open).
         """
+        timeout = checked_timeout(timeout)
         if not self._refuse():
             return
         try:
