@@ -1,7 +1,7 @@
 """The batching `Publisher` (Google Pub/Sub style): batching, flow control, ordering keys.
 
-- ``_publisher``: the user's handle (``_submit``: the checks of calls ``publish()`` does
-  not take on sight, and its flow-control waits); ``_actor``: the Publisher actor behind it.
+- ``_publisher``: the user's handle (its checks and flow-control waits);
+  ``_actor``: the Publisher actor behind it (batching, sending, settling).
 - ``_batching``, ``_ticker``: batch thresholds and the one scheduler for ``max_latency``.
 - ``_flow_settings``, ``_flow_control``, ``_intake``: flow-control limits and the gate that
   applies them.

@@ -17,18 +17,20 @@ from typing import Any
 
 from actors import ActorSystem
 from runtime.core._message import NO_ATTRIBUTES, Message
-from runtime.errors import PublishError
+from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import YIELD_ROWS, Intake, reap
-from runtime.publisher._messages import BatchTopic, Flush, Resume, SetOptions
-from runtime.publisher._submit import DRAIN, SEND_NOW, Submitting
+from runtime.publisher._intake import YIELD_ROWS, Intake, Row, reap
+from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     MAX_ORDERING_KEY_BYTES,
+    as_bytes,
     check_ordering,
+    checked_attributes,
+    checked_key,
     checked_timeout,
     checked_topic,
     closed_error,
@@ -43,9 +45,11 @@ _ASK_TIMEOUT = 10.0
 # UTF-8 (4 bytes per character at most): publish's fast path accepts them unencoded.
 _SHORT_KEY = MAX_ORDERING_KEY_BYTES // 4
 _yield = time.sleep  # sleep(0): the GIL released for a moment (see YIELD_EVERY)
+SEND_NOW = SendNow()
+DRAIN = Drain()
 
 
-class Publisher(Submitting):
+class Publisher:
     """Publishes bytes messages to a topic in batches, with flow control (an actor).
 
     Build one with ``topic.publisher(...)``. ``publish`` returns a future of the message
@@ -297,3 +301,66 @@ class Publisher(Submitting):
     def _set_paused(self, keys: frozenset[str]) -> None:
         self._paused = keys
 
+    def _checked(
+        self, data: bytes | bytearray | memoryview, attributes: Mapping[str, str] | None,
+        key: str | None,
+    ) -> tuple[bytes, dict[str, str], str | None, int]:
+        """The calls `publish` does not take on sight: bytes, attributes and key checked
+        (attributes copied), and the size.
+
+        Raises:
+            PublishError: code 3 for invalid data, attributes, key or size.
+            OrderingKeyPausedError: the key is paused.
+        """
+        data = as_bytes(data)
+        if attributes:
+            checked, size = checked_attributes(attributes, len(data))
+        else:
+            checked, size = NO_ATTRIBUTES, len(data)
+        if key is not None:
+            key = checked_key(key)
+        if size > MAX_MESSAGE_SIZE:
+            raise PublishError("Message size exceeds maximum of 10MB", 3)
+        if key is not None and key in self._paused:
+            raise OrderingKeyPausedError(key)
+        return data, checked, key, size
+
+    def _submit_limited(self, row: Row) -> None:
+        """Admit under flow control (may block), then enqueue: the path of a publish
+        that found no credit of the gate. One lock covers admission and the tell (a
+        publish that took a credit before close() may still append after it; the
+        actor's stop, or the publisher itself on a sealed intake, fails it). The lock
+        is taken by hand, not with `with`, and `Intake.add` is inlined: per admitted
+        publish in one thread, 0.45 -> 0.35 µs."""
+        gate, intake = self._gate, self._intake
+        lock = gate.lock
+        lock.acquire()
+        try:
+            admitted = gate.admit_now(row[4])
+            if admitted:
+                intake.rows.extend(row)
+                if not intake.armed:
+                    intake.armed = True
+                    self._tell(DRAIN)
+        finally:
+            lock.release()
+        if not admitted:
+            self._wait_admitted(row)
+
+    def _wait_admitted(self, row: Row) -> None:
+        """`_submit_limited` once admitting at once failed: acquire (may block), enqueue."""
+        gate = self._gate
+        waited = gate.acquire(row[4], on_block=self._send_now)
+        with gate.lock:
+            if gate.closed:
+                gate.release_locked(1, row[4])
+                raise closed_error()
+            self._enqueue(row)
+            if waited and gate.congested:
+                # Others still wait for capacity: this message must not sit out the
+                # latency in an open batch while they do.
+                self._tell(SEND_NOW)
+
+    def _enqueue(self, row: Row) -> None:
+        if self._intake.add(row):
+            self._tell(DRAIN)

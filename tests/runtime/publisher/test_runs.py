@@ -17,7 +17,7 @@ from runtime.core._topic_actor import BatchOutcome
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._publisher import Publisher
-from runtime.publisher._sending import RUN
+from runtime.publisher._actor import RUN
 
 Parts = list[tuple[list[bytes], list[dict[str, str]], list[str | None]]]
 
