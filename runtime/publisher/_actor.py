@@ -13,8 +13,9 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
-`_settle`: on confirmation, failure, a paused key or a stop. Each future is the one its
-``publish`` returned, held until then and never handed to another message.
+`_settle`: on confirmation, failure, a paused key or a stop. Each batch of a run is
+confirmed or failed on its own outcome. Each future is the one its ``publish``
+returned, never handed to another message.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from actors import Actor, Ref
 from runtime.errors import OrderingKeyPausedError, PublishError
-from runtime.publisher._batching import Batch, Batcher, BatchSettings, fail_all, resolve_all
+from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
-from runtime.publisher._intake import Columns, Intake, uncounted
-from runtime.publisher._lanes import Lanes
+from runtime.publisher._intake import Accepted, Intake, fail_all, resolve_all
 from runtime.publisher._messages import (
     BatchDone,
     BatchTopic,
@@ -50,12 +51,11 @@ from runtime.publisher._ticker import Ticker
 
 __all__ = ["RUN", "SEND_WINDOW", "PublisherActor"]
 
-# Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here as
-# parts; without a window a fast publisher parks its whole backlog in the topic's mailbox
-# as Message objects, which the garbage collector rescans on every full collection.
+# Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here;
+# without a window a fast publisher parks its whole backlog in the topic's mailbox.
 SEND_WINDOW = 32
-# Batches sent to a local topic in one mailbox message at most (the topic merges up to
-# 16 consecutive small batches into one fan-out anyway).
+# Batches sent to a local topic in one mailbox message at most; the topic reports each
+# batch's outcome on its own, so a run saves mail, never merges fates.
 RUN = 16
 
 
@@ -63,7 +63,8 @@ class PublisherActor(Actor):
     """Batches messages per lane, sends them to ``topic``, settles their futures.
 
     Args:
-        topic: anything with ``name`` and ``_publish_batch``.
+        topic: anything with ``name`` and ``_publish_batch`` (a local topic also has
+            ``_publish_run``).
         gate: the flow-control gate shared with the handle; released here.
         intake: where the handle leaves admitted messages for `Drain`.
         batching: the initial thresholds.
@@ -85,13 +86,6 @@ class PublisherActor(Actor):
     ) -> None:
         super().__init__()
         self._topic = topic
-        self._publish_parts = getattr(topic, "_publish_parts", None)
-        self._publish_run = getattr(topic, "_publish_run", None)
-        # Sent: the topic's future, or the run the batch went in.
-        self._in_flight: dict[int, Future[Sequence[str]] | SendRun] = {}
-        self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
-        self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
-        self._unkeyed_in_flight = 0
         self._gate = gate
         self._intake = intake
         self._ordering = message_ordering
@@ -99,9 +93,12 @@ class PublisherActor(Actor):
         self._clock = clock
         self._batcher = Batcher(batching, clock=clock)
         self._sequencer = KeySequencer()
-        self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        self._releasing: list[int] | None = None  # a run's (messages, bytes), released at its end
+        # Sent: the topic's future, or the run the batch went in.
+        self._in_flight: dict[int, Future[Sequence[str]] | SendRun] = {}
+        self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
+        self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
+        self._unkeyed_in_flight = 0
         self._barriers = FlushBarriers()
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
@@ -120,13 +117,13 @@ class PublisherActor(Actor):
         self._abandon(PublishError("Publisher failed internally", 13), final=False)
 
     def on_receive(self, message: Any) -> Any:
-        if message.__class__ is Drain:
+        if isinstance(message, Drain):
             self._drain()
-        elif message.__class__ is RunDone:
+        elif isinstance(message, RunDone):
             self._run_done(message)
-        elif message.__class__ is BatchDone:
+        elif isinstance(message, BatchDone):
             self._batch_done(message)
-        elif message.__class__ is Tick:
+        elif isinstance(message, Tick):
             self._tick()
         elif isinstance(message, SendNow):
             self._relieve()
@@ -145,25 +142,34 @@ class PublisherActor(Actor):
             self._send_outbox()
         return None
 
+    # Batching.
+
     def _drain(self) -> None:
-        datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
-        if not futures:
+        """Add what the intake holds to the open batches of its lanes, in publish order
+        per lane; a paused key's messages fail here."""
+        with self._gate.lock:
+            items = self._intake.take()
+        if not items:
             return
-        for batch in self._lanes.add(datas, attributes, keys, futures, sizes,
-                                     ordering=self._ordering):
-            self._close(batch)
+        if not self._ordering:
+            lanes: dict[str | None, list[Accepted]] = {None: items}
+        else:
+            lanes = {}
+            for item in items:
+                lanes.setdefault(item[2], []).append(item)
+        for key, lane in lanes.items():
+            if key is not None and self._sequencer.is_paused(key):
+                self._refuse(key, lane)
+                continue
+            for batch in self._batcher.add(key, lane):
+                self._close(batch)
         if self._tick_at is None:
             self._arm()
 
-    def _take(self, *, seal: bool) -> Columns:
-        """The intake's messages, each counted by the gate from here on (`_settle` and
-        `_abandon` release them)."""
-        gate, intake = self._gate, self._intake
-        with gate.lock:
-            columns = intake.seal() if seal else intake.take()
-            if columns[3]:
-                gate.count_in(*uncounted(columns[4], columns[5]))
-        return columns
+    def _refuse(self, key: str, lane: list[Accepted]) -> None:
+        """Fail a paused key's messages and release their capacity."""
+        fail_all([item[3] for item in lane], OrderingKeyPausedError(key))
+        self._gate.release(len(lane), sum(item[4] for item in lane))
 
     def _arm(self) -> None:
         """Ask the ticker for the earliest open batch's deadline, if it is earlier."""
@@ -199,9 +205,92 @@ class PublisherActor(Actor):
         if ready is None:
             return
         if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
-            self._held.append(ready)  # kept as parts: a backlog costs the GC little here
+            self._held.append(ready)
             return
         self._send(ready)
+
+    def _set_options(self, options: SetOptions) -> None:
+        self._ordering = options.message_ordering
+        for batch in self._batcher.update(options.batching):
+            self._close(batch)
+        self._arm()
+
+    # Sending.
+
+    def _send(self, batch: Batch) -> None:
+        """Count ``batch`` as in flight; it leaves with the others made ready by the
+        same mail (`_send_outbox`)."""
+        if batch.key is None:
+            self._unkeyed_in_flight += 1
+        self._outbox.append(batch)
+
+    def _send_outbox(self) -> None:
+        """Send the ready batches: the Publisher's one call into the topic.
+
+        A local topic takes runs of up to `RUN` batches, one mailbox message and one
+        reply (`RunDone`, an outcome per batch) each; any other topic takes each batch
+        as `Message` objects and answers with a future (`BatchDone`).
+        """
+        batches, self._outbox = self._outbox, []
+        ref = self._self_ref
+        assert ref is not None
+        publish_run = getattr(self._topic, "_publish_run", None)
+        if publish_run is None:
+            for batch in batches:
+                try:
+                    result = self._topic._publish_batch(batch.messages)
+                except Exception as exc:  # a topic should fail the future; tolerate a raise
+                    result = Future()
+                    result.set_exception(exc)
+                self._in_flight[batch.id] = result
+                result.add_done_callback(partial(_tell_done, ref, batch.id))
+            return
+        for start in range(0, len(batches), RUN):
+            run = batches[start:start + RUN]
+            sent = SendRun([batch.id for batch in run])
+            for batch in run:
+                self._in_flight[batch.id] = sent
+            parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
+            try:
+                publish_run(parts, partial(_tell_run_done, ref, sent))
+            except Exception as exc:  # a topic should reply with the failure; tolerate a raise
+                _tell_run_done(ref, sent, [(None, exc)] * len(parts))
+
+    def _batch_done(self, done: BatchDone) -> None:
+        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
+        if self._in_flight.get(done.batch_id) is not done.result:
+            return
+        self._finish(done.batch_id, *done.outcome(len(self._outstanding[done.batch_id])))
+        if self._gate.congested:
+            self._relieve()
+
+    def _run_done(self, done: RunDone) -> None:
+        """Finish a run's batches, each on its own outcome."""
+        for batch_id, (ids, error) in zip(done.run.batch_ids, done.outcomes, strict=True):
+            if self._in_flight.get(batch_id) is done.run:  # as in `_batch_done`
+                self._finish(batch_id, *checked(ids, error, len(self._outstanding[batch_id])))
+        if self._gate.congested:
+            self._relieve()
+
+    def _finish(self, batch_id: int, ids: Sequence[str] | None, error: BaseException | None) -> None:
+        """A sent batch is confirmed (``ids``) or failed: settle it, send what it held back."""
+        del self._in_flight[batch_id]
+        batch = self._outstanding[batch_id]
+        self._settle(batch, ids, error)
+        key = batch.key
+        if key is None:
+            self._unkeyed_in_flight -= 1
+            if self._held:
+                self._send(self._held.popleft())
+            return
+        if error is None:
+            following = self._sequencer.complete(key)
+            if following is not None:
+                self._send(following)
+        else:
+            self._pause(key)
+
+    # Settling.
 
     def _pause(self, key: str) -> None:
         """Fail everything waiting on ``key`` and refuse it until resumed."""
@@ -226,32 +315,22 @@ class PublisherActor(Actor):
             resolve_all(futures if error is None else futures[:len(ids)], ids)
         if error is not None:
             fail_all(futures if ids is None else futures[len(ids):], error)
-        held = self._releasing
-        if held is None:
-            self._gate.release(len(batch), batch.size)
-        else:
-            held[0] += len(batch)
-            held[1] += batch.size
+        self._gate.release(len(batch), batch.size)
         if self._outstanding.pop(batch.id, None) is not None and self._barriers:
             self._barriers.settled(batch.id)
-
-    def _set_options(self, options: SetOptions) -> None:
-        self._ordering = options.message_ordering
-        for batch in self._batcher.update(options.batching):
-            self._close(batch)
-        self._arm()
 
     def _abandon(self, error: PublishError, *, final: bool) -> None:
         """Stop the ticker; fail and release everything not yet settled; wake flushes.
 
-        ``final`` (the last stop) seals the intake (whoever appends later fails it).
+        ``final`` (the last stop) seals the intake: later publishes are refused.
         """
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
-        _, _, _, futures, sizes, _ = self._take(seal=final)
-        fail_all(futures, error)  # admitted but never batched: they fail too
-        self._gate.release(len(sizes), sum(sizes))
+        with self._gate.lock:
+            items = self._intake.seal() if final else self._intake.take()
+        fail_all([item[3] for item in items], error)  # admitted, never batched
+        self._gate.release(len(items), sum(item[4] for item in items))
         self._sequencer.drain()
         self._in_flight.clear()
         self._held.clear()  # still in _outstanding: settled below
@@ -261,93 +340,14 @@ class PublisherActor(Actor):
         self._barriers.release_all()
 
 
-    def _send(self, batch: Batch) -> None:
-        """Count ``batch`` as in flight; it leaves with the others made ready by the
-        same mail (`_send_outbox`)."""
-        if batch.key is None:
-            self._unkeyed_in_flight += 1
-        self._outbox.append(batch)
+def _tell_done(ref: Ref, batch_id: int, result: Future[Sequence[str]]) -> None:
+    ref.tell(BatchDone(batch_id=batch_id, result=result))
 
-    def _send_outbox(self) -> None:
-        """Send the ready batches: to a local topic in runs of up to `RUN` batches, one
-        mailbox message and one reply each; else one by one."""
-        batches, self._outbox = self._outbox, []
-        if self._publish_run is None:
-            for batch in batches:
-                self._send_alone(batch)
-            return
-        for start in range(0, len(batches), RUN):
-            run = batches[start:start + RUN]
-            self._send_run(SendRun([batch.id for batch in run]), run)
 
-    def _send_run(self, run: SendRun, batches: list[Batch]) -> None:
-        ref, publish_run = self._self_ref, self._publish_run
-        assert ref is not None
-        assert publish_run is not None
-        for batch_id in run.batch_ids:
-            self._in_flight[batch_id] = run
-        parts = [(batch.datas, batch.attributes, batch.keys) for batch in batches]
-        try:
-            publish_run(parts, lambda outcomes: ref.tell(RunDone(run=run, outcomes=outcomes)))
-        except Exception as exc:  # a topic should reply with the failure; tolerate a raise
-            ref.tell(RunDone(run=run, outcomes=[(None, exc)] * len(parts)))
-
-    def _send_alone(self, batch: Batch) -> None:
-        try:
-            if self._publish_parts is not None:
-                result = self._publish_parts(batch.datas, batch.attributes, batch.keys)
-            else:
-                result = self._topic._publish_batch(batch.messages)
-        except Exception as exc:  # a topic should fail the future; tolerate a raise
-            result = Future()
-            result.set_exception(exc)
-        ref = self._self_ref
-        assert ref is not None
-        batch_id = batch.id
-        self._in_flight[batch_id] = result
-        result.add_done_callback(lambda done: ref.tell(BatchDone(batch_id=batch_id, result=done)))
-
-    def _batch_done(self, done: BatchDone) -> None:
-        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
-        if self._in_flight.get(done.batch_id) is not done.result:
-            return
-        self._finish(done.batch_id, *done.outcome(len(self._outstanding[done.batch_id])))
-
-    def _run_done(self, done: RunDone) -> None:
-        """Finish a run's batches; their flow control is released once, at the end (16
-        releases, each taking the gate's lock and waking a waiting publisher, cost the
-        Publisher thread ~40 µs per `FlowControl(1000)` window of 16 keys)."""
-        self._releasing = held = [0, 0]
-        try:
-            for batch_id, (ids, error) in zip(done.run.batch_ids, done.outcomes, strict=True):
-                if self._in_flight.get(batch_id) is done.run:  # as in `_batch_done`
-                    self._finish(batch_id, *checked(ids, error, len(self._outstanding[batch_id])))
-        finally:
-            self._releasing = None
-            if held[0] or held[1]:
-                self._gate.release(*held)
-        if self._gate.congested:
-            self._relieve()
-
-    def _finish(self, batch_id: int, ids: Sequence[str] | None, error: BaseException | None) -> None:
-        """A sent batch is confirmed (``ids``) or failed: settle it, send what it held back."""
-        del self._in_flight[batch_id]
-        batch = self._outstanding[batch_id]
-        self._settle(batch, ids, error)
-        if self._releasing is None and self._gate.congested:  # else once the run is done
-            self._relieve()
-        key = batch.key
-        if key is None:
-            self._unkeyed_in_flight -= 1
-            if self._held:
-                self._send(self._held.popleft())
-            return
-        if error is None:
-            following = self._sequencer.complete(key)
-            if following is not None:
-                self._send(following)
-        else:
-            self._pause(key)
+def _tell_run_done(
+    ref: Ref, run: SendRun, outcomes: list[tuple[Sequence[str] | None, BaseException | None]],
+) -> None:
+    ref.tell(RunDone(run=run, outcomes=outcomes))
 
 
 _TICK = Tick()

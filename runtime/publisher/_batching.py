@@ -16,36 +16,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, InvalidStateError
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.core._message import Message, new_message
 from runtime.errors import PublishError
+from runtime.publisher._intake import Accepted, Settles
 
-__all__ = ["Batch", "BatchSettings", "Batcher", "Parts", "fail_all", "resolve_all"]
-
-# One message on its way into a batch: data, attributes, ordering key, future, size.
-Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str]", int]
-
-
-def resolve_all(futures: Sequence[Future[str]], ids: Sequence[str]) -> None:
-    """``set_result`` for each future and id, in order; one the caller cancelled is skipped."""
-    for future, message_id in zip(futures, ids, strict=True):
-        try:
-            future.set_result(message_id)
-        except InvalidStateError:  # cancelled by its holder: nobody waits for the id
-            pass
-
-
-def fail_all(futures: Sequence[Future[str]], error: BaseException) -> None:
-    """``set_exception`` for each future; one already done (cancelled) is skipped."""
-    for future in futures:
-        try:
-            future.set_exception(error)
-        except InvalidStateError:
-            pass
-
+__all__ = ["Batch", "BatchSettings", "Batcher"]
 
 def _invalid(setting: str, detail: str, value: object) -> PublishError:
     return PublishError(f"Invalid batch setting {setting}: {detail}, got {value!r}", 3)
@@ -87,17 +65,17 @@ class BatchSettings:
 
 
 class Batch:
-    """Messages of one lane that go to the topic together, with their futures.
+    """Messages of one lane that go to the topic together, with where their ids go.
 
-    The messages are kept as their parts (data, attributes, ordering key) in parallel
-    lists, and `messages` builds the `Message` objects when the batch is sent: a
-    backlog of parts holds nothing the garbage collector has to rescan.
+    The messages are kept as parallel lists (data, attributes, ordering key), the form
+    the topic takes a batch in; `messages` builds `Message` objects for a topic that
+    takes those instead.
 
     Attributes:
         id: unique per Batcher, increasing in creation order.
         key: the lane: an ordering key, or None.
         created_at: the clock reading when the first message arrived.
-        futures: one future per message, in publish order.
+        futures: where each message's id goes, in publish order.
         size: the sum of the messages' sizes.
     """
 
@@ -110,33 +88,13 @@ class Batch:
         self.datas: list[bytes] = []
         self.attributes: list[dict[str, str]] = []
         self.keys: list[str | None] = []
-        self.futures: list[Future[str]] = []
+        self.futures: list[Settles] = []
         self.size = 0
 
     @property
     def messages(self) -> list[Message]:
         """The messages, in publish order (built on each call: read it once, to send)."""
         return list(map(new_message, self.datas, self.attributes, self.keys))
-
-    def extend(
-        self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str]],
-    ) -> None:
-        """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch
-        keeps the lists given whole (a lane's picked columns), else the slices: no copy
-        of them into lists of its own."""
-        if not self.futures:
-            whole = part.start == 0 and part.stop == len(futures)
-            self.datas, self.attributes, self.keys, self.futures = (
-                (datas, attributes, keys, futures) if whole
-                else (datas[part], attributes[part], keys[part], futures[part]))
-            self.size = size
-            return
-        self.datas += datas[part]
-        self.attributes += attributes[part]
-        self.keys += keys[part]
-        self.futures += futures[part]
-        self.size += size
 
     def __len__(self) -> int:
         return len(self.futures)
@@ -178,11 +136,8 @@ class Batcher:
         """The messages waiting in open batches."""
         return sum(len(batch) for batch in self._open.values())
 
-    def add_many(self, key: str | None, items: Iterable[Parts]) -> list[Batch]:
-        """Add messages, in order, to one lane; return the batches they closed, in order.
-
-        One call per burst keeps the per-message work to a few list operations.
-        """
+    def add(self, key: str | None, items: list[Accepted]) -> list[Batch]:
+        """Add messages, in order, to one lane; return the batches they closed, in order."""
         settings = self._settings
         max_messages, max_bytes = settings.max_messages, settings.max_bytes
         at_once = settings.max_latency <= 0
@@ -201,41 +156,6 @@ class Batcher:
             batch.futures.append(future)
             batch.size += size
             if len(batch.futures) >= max_messages or batch.size >= max_bytes or at_once:
-                del self._open[key]
-                closed.append(batch)
-                batch = None
-        return closed
-
-    def add_columns(
-        self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str]], sizes: list[int],
-    ) -> list[Batch]:
-        """`add_many` for messages given as parallel lists, one lane: a slice per batch.
-
-        The thresholds are checked per batch (a message count and one ``sum`` of sizes),
-        and per message only where ``max_bytes`` cuts a batch short. The lists become the
-        batches' (`Batch.extend`): the caller must not change them afterwards.
-        """
-        settings = self._settings
-        max_bytes = settings.max_bytes
-        per_batch = 1 if settings.max_latency <= 0 else settings.max_messages
-        closed: list[Batch] = []
-        batch = self._open.get(key)
-        start, count = 0, len(futures)
-        while start < count:
-            if batch is None:
-                batch = self._open[key] = self._new(key)
-            cut = _next_slice(sizes, start, min(count, start + per_batch - len(batch.futures)),
-                              max_bytes - batch.size, not batch.futures)
-            if cut is None:  # the next one overflows: send first
-                del self._open[key]
-                closed.append(batch)
-                batch = None
-                continue
-            end, added = cut
-            batch.extend(slice(start, end), added, datas, attributes, keys, futures)
-            start = end
-            if len(batch.futures) >= per_batch or batch.size >= max_bytes:
                 del self._open[key]
                 closed.append(batch)
                 batch = None
@@ -286,31 +206,3 @@ class Batcher:
         self._last_id += 1
         return Batch(id=self._last_id, key=key, created_at=self._clock())
 
-
-def _next_slice(sizes: list[int], start: int, end: int, room: int, empty: bool) -> tuple[int, int] | None:
-    """(end, bytes) of what a batch with ``room`` bytes left takes from ``start`` (`_fit`);
-    None: send a non-``empty`` batch first; a lone oversized message goes alone."""
-    added = sum(sizes[start:end])
-    if added < room:
-        return end, added
-    end, added = _fit(sizes, start, end, room)
-    if end > start:
-        return end, added
-    return (start + 1, sizes[start]) if empty else None
-
-
-def _fit(sizes: list[int], start: int, end: int, room: int) -> tuple[int, int]:
-    """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``): before
-    the first message that would overflow it, or after the one that fills it exactly.
-
-    Returns that index and the sizes' sum up to it.
-    """
-    total = 0
-    for index in range(start, end):
-        size = sizes[index]
-        if total + size > room:
-            return index, total
-        total += size
-        if total == room:
-            return index + 1, total
-    return end, total

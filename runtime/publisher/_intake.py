@@ -1,137 +1,111 @@
-"""Admitted messages on their way from `Publisher.publish` to the Publisher actor."""
+"""Accepted messages on their way from `Publisher.publish` to the Publisher actor."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Future
-from itertools import compress
-from typing import Any
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, InvalidStateError
+from typing import Protocol
 
-from runtime.publisher._batching import fail_all
-from runtime.publisher._flow_control import FlowGate
+__all__ = ["MAX_QUEUED", "Accepted", "Intake", "Settles", "fail_all", "resolve_all"]
 
-__all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "uncounted"]
+# The most messages the intake holds for the actor: a publisher that finds it full waits
+# until the actor takes them (flow control between the two threads). It trades how far
+# a publisher runs ahead (every waiting message and its future is more work for each
+# garbage collection, and the actor's batches leave later) against one wait per this
+# many messages; `python -m benchmarks --only pipeline_pool` measures it.
+MAX_QUEUED = 1024
+# Each slice of the wait for room: how soon a closed gate is noticed.
+_ROOM_SLICE = 0.1
 
-# A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
-# future, size, counted. ``counted`` is True when the flow-control gate counted the
-# message at publish (limits in force), False when nothing limits the Publisher and the
-# actor counts it when it takes the message, and None when a credit admitted it (the gate
-# counted the message, the actor counts its bytes).
-WIDTH = 6
-# A publisher that finds this many messages (and each multiple of it) waiting for the
-# actor releases the GIL for a moment (``time.sleep(0)``). A publish loop otherwise
-# holds it until the interpreter's switch interval (5 ms) forces a switch, and each
-# thread downstream (the Publisher actor, the topic, the group, the reader of worker
-# replies) waits up to that long for its turn: in ``pipeline_pool`` the first hand-over
-# reached a worker 19-69 ms into a 174-206 ms round of 100,000 publishes, and each
-# worker had nothing in flight for 15-45% of the round. The threads now run while the
-# publisher goes on (a yield every 256 or 512 messages did worse than every 1,024).
-YIELD_EVERY = 1_024
-YIELD_ROWS = YIELD_EVERY * WIDTH
-Row = tuple[bytes, dict[str, str], "str | None", "Future[str]", int, "bool | None"]
-Columns = tuple[
-    list[bytes], list[dict[str, str]], list["str | None"], list["Future[str]"], list[int],
-    list["bool | None"],
-]
+
+class Settles(Protocol):
+    """What a message's id goes to: the future ``publish`` returned, or its share of
+    a ``publish_many`` future. Called once per message."""
+
+    def set_result(self, result: str, /) -> None: ...
+
+    def set_exception(self, exception: BaseException | None, /) -> None: ...
+
+
+# The one shape of an accepted message in the Publisher, from ``publish`` to its batch:
+# data, attributes (a private copy), ordering key (None: none), where its id goes, and
+# its size (`len(data)` plus the attributes' UTF-8 length).
+Accepted = tuple[bytes, "dict[str, str]", "str | None", "Settles | Future[str]", int]
+
+
+def resolve_all(futures: Sequence[Settles], ids: Sequence[str]) -> None:
+    """``set_result`` for each message and id, in order; a future its holder cancelled
+    is skipped."""
+    for future, message_id in zip(futures, ids, strict=True):
+        try:
+            future.set_result(message_id)
+        except InvalidStateError:  # cancelled: nobody waits for the id
+            pass
+
+
+def fail_all(futures: Sequence[Settles], error: BaseException) -> None:
+    """``set_exception`` for each message; a future already done (cancelled) is skipped."""
+    for future in futures:
+        try:
+            future.set_exception(error)
+        except InvalidStateError:
+            pass
 
 
 class Intake:
-    """A hand-off between publishing threads and the Publisher actor, without a lock.
+    """A bounded hand-off between publishing threads and the Publisher actor.
 
-    A publisher adds a message with one ``rows.extend`` of its six items: one C call,
-    which no other thread can interleave under the GIL, so the list is always whole
-    messages in publish order, and no tuple per message outlives the call (a backlog
-    costs the garbage collector little). It tells the actor only when `armed` was clear,
-    setting it first; the actor clears `armed` before it takes, so a publisher that
-    finds it set knows a drain still to run will take its message. A burst of publishes
-    is then one mailbox message, and nothing is left behind.
+    Every method is called holding ``lock``, the flow-control gate's: admission, the
+    append and the actor's take are one critical section, so a message is counted by
+    the gate exactly when it is in the intake or further on, and order holds across
+    threads. A publisher tells the actor to drain only when `add` says so: the first
+    message after a take. A burst of publishes is then one mailbox message. A publisher
+    that finds it `full` waits for the take (`wait_for_room`).
 
-    Only the actor removes, and only a prefix (`take`): appends made meanwhile stay.
-
-    With no flow-control limits the publisher takes no lock at all: admission cannot
-    fail, so the gate counts the message when the actor takes it (`uncounted`). Nor
-    does one that pops a credit of the gate (its bytes are counted then). Otherwise,
-    with limits, the publisher adds while holding the gate's lock, after admission. One
-    list serves all, so order holds whatever the mix.
-
-    The actor's final stop `seal`s the intake; a publisher racing that stop finds the
-    seal after its append and fails what is left (see `Publisher`), so every future
-    settles even then.
+    The actor's final stop `seal`s the intake: later adds are refused (the caller
+    fails its publish), so every accepted message is taken by the actor.
     """
 
-    __slots__ = ("armed", "rows", "sealed")
+    __slots__ = ("_armed", "_items", "_taken", "sealed")
 
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-        self.armed = False
+    def __init__(self, lock: threading.Lock) -> None:
+        self._items: list[Accepted] = []
+        self._armed = False
+        self._taken = threading.Condition(lock)
         self.sealed = False
 
-    def add(self, row: Row) -> bool:
+    @property
+    def full(self) -> bool:
+        """True while `MAX_QUEUED` messages wait for the actor (and it still takes)."""
+        return len(self._items) >= MAX_QUEUED and not self.sealed
+
+    def wait_for_room(self) -> None:
+        """Wait (the lock held: released meanwhile) until the actor takes, at most one
+        slice; the caller re-checks `full` and told the actor to drain before."""
+        self._taken.wait(_ROOM_SLICE)
+
+    def add(self, item: Accepted) -> bool:
         """Append one message; True when the caller must tell the actor to drain."""
-        self.rows.extend(row)
-        if self.armed:
+        self._items.append(item)
+        if self._armed:
             return False
-        self.armed = True
+        self._armed = True
         return True
 
-    def take(self) -> Columns:
-        """Every message added so far, in order, as columns (gate lock held)."""
-        self.armed = False
-        rows = self.rows
-        end = len(rows)  # appends made meanwhile land after ``end``, whole: left for later
-        columns = _columns(rows, end)
-        del rows[:end]
-        return columns
+    def take(self) -> list[Accepted]:
+        """Every message added so far, in order."""
+        items, self._items = self._items, []
+        self._armed = False
+        if len(items) >= MAX_QUEUED:
+            self._taken.notify_all()
+        return items
 
-    def seal(self) -> Columns:
-        """`take`, and mark the intake as no longer read (the actor's final stop)."""
+    def seal(self) -> list[Accepted]:
+        """`take`, and refuse every later `add` (the actor's final stop)."""
         self.sealed = True
         return self.take()
 
-    def queued(self) -> tuple[int, int]:
-        """(messages, bytes) added, not yet taken, and not counted by the gate."""
-        rows = self.rows
-        end = len(rows)
-        return uncounted(rows[4:end:WIDTH], rows[5:end:WIDTH])
-
-
-def _columns(rows: list[Any], end: int) -> Columns:
-    """The columns of ``rows[:end]``, sliced from ``rows`` itself (no copy of it first:
-    each copy touches every message's objects twice more, 0.088 µs per message for
-    `take` with the copy)."""
-    return (rows[0:end:WIDTH], rows[1:end:WIDTH], rows[2:end:WIDTH], rows[3:end:WIDTH],
-            rows[4:end:WIDTH], rows[5:end:WIDTH])
-
-
-def uncounted(sizes: list[int], counted: list[bool | None]) -> tuple[int, int]:
-    """(messages, bytes) the gate has not counted: both for a row whose ``counted`` flag
-    is False, the bytes for one admitted by a credit (None).
-
-    Most drains hold one kind of flag (False under no limit, credits under a message
-    limit), or credits behind the one publish that waited for the window: counting the
-    last row's kind, in C, compares by identity (0.3 µs per 1,000 rows); testing each
-    kind with ``in`` compared None with False row by row (16-25 µs per 1,000 rows of
-    one kind, 40 µs for a window behind a wait; now 4 and 18, `sum` included).
-    """
-    if not counted:
-        return 0, 0
-    last = counted[-1]
-    alike = counted.count(last)
-    if alike == len(counted):
-        if last is False:
-            return len(sizes), sum(sizes)
-        return (0, sum(sizes)) if last is None else (0, 0)
-    keep = [flag is not True for flag in counted]
-    credited = alike if last is None else counted.count(None)
-    return keep.count(True) - credited, sum(compress(sizes, keep))
-
-
-def reap(intake: Intake, gate: FlowGate, error: Callable[[], BaseException]) -> None:
-    """Fail every message in a sealed ``intake`` with ``error()`` and release what the
-    gate counted. Each message is taken once: by the actor before the seal, or here by
-    one reaping publisher."""
-    with gate.lock:
-        _, _, _, futures, sizes, counted = intake.take()
-        free, free_bytes = uncounted(sizes, counted)  # never counted: nothing to release
-        gate.release_locked(len(sizes) - free, sum(sizes) - free_bytes)
-    fail_all(futures, error())
+    def queued(self) -> int:
+        """How many messages wait for the actor."""
+        return len(self._items)

@@ -1,10 +1,11 @@
 """The Publisher handle: validates and admits messages, then hands them to its actor.
 
-``publish`` runs in the caller's thread and does only what must happen there: validation
-(raised synchronously, nothing enqueued), flow-control admission when limits are set
-(which may block), one append to the `Intake` (a tell to the `PublisherActor` only when
-it is not already due to drain) and one future. Batching, ordering and settlement happen
-in the actor; see `runtime.publisher._actor`.
+``publish`` runs in the caller's thread and does only what must happen there, on one
+path: validation (raised synchronously, nothing enqueued), then for each
+message flow-control admission (which may block) and one append to the `Intake` under
+the gate's lock (a tell to the `PublisherActor` only when it is not already due to
+drain). Batching, ordering and settlement happen in the actor; see
+`runtime.publisher._actor`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import YIELD_ROWS, Intake, Row, reap
+from runtime.publisher._intake import Accepted, Intake, Settles, fail_all
 from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
-    MAX_ORDERING_KEY_BYTES,
     as_bytes,
     check_ordering,
     checked_attributes,
@@ -41,10 +41,6 @@ __all__ = ["Publisher"]
 
 # Bound of every internal ask and of each slice of an unbounded wait.
 _ASK_TIMEOUT = 10.0
-# Ordering keys of at most this many characters are at most MAX_ORDERING_KEY_BYTES in
-# UTF-8 (4 bytes per character at most): publish's fast path accepts them unencoded.
-_SHORT_KEY = MAX_ORDERING_KEY_BYTES // 4
-_yield = time.sleep  # sleep(0): the GIL released for a moment (see YIELD_EVERY)
 SEND_NOW = SendNow()
 DRAIN = Drain()
 
@@ -88,7 +84,7 @@ class Publisher:
         self._message_ordering = check_ordering(message_ordering)
         self._topic = topic
         self._gate = FlowGate(self._flow_control, clock=clock)
-        self._intake = Intake()
+        self._intake = Intake(self._gate.lock)
         self._paused: frozenset[str] = frozenset()
         self._closed = False
         self._options_lock = threading.Lock()
@@ -98,7 +94,6 @@ class Publisher:
             on_paused=self._set_paused, clock=clock,
         )
         self._tell = self._ref.tell
-        self._send_now = lambda: self._tell(SEND_NOW)
 
     @property
     def topic(self) -> BatchTopic:
@@ -128,11 +123,7 @@ class Publisher:
     @property
     def outstanding(self) -> tuple[int, int]:
         """The (messages, bytes) accepted and not yet confirmed or failed."""
-        gate = self._gate
-        with gate.lock:  # the actor takes and counts queued messages under this lock
-            messages, nbytes = gate.outstanding_locked()
-            queued, queued_bytes = self._intake.queued()
-        return messages + queued, nbytes + queued_bytes
+        return self._gate.outstanding
 
     def publish(
         self,
@@ -152,40 +143,8 @@ class Publisher:
             OrderingKeyPausedError: code 9, the key is paused.
             FlowControlError: code 8, flow-control limits exceeded.
         """
-        if data.__class__ is bytes and not attributes and len(data) <= MAX_MESSAGE_SIZE and (
-            ordering_key is None or (
-                ordering_key.__class__ is str and 0 < len(ordering_key) <= _SHORT_KEY
-                and ordering_key not in self._paused
-            )
-        ):  # the common calls, bare bytes with or without a valid key: taken on sight
-            checked: dict[str, str] = NO_ATTRIBUTES
-            size = len(data)
-        else:
-            data, checked, ordering_key, size = self._checked(data, attributes, ordering_key)
-        # The enqueue, inlined: a new future (never one handed out before); under
-        # limits, a credit or else the gate's lock.
-        intake, gate = self._intake, self._gate
         future: Future[str] = Future()
-        if gate.free:
-            counted: bool | None = False
-        else:  # a credit if there is one (see FlowGate): admitted without the lock
-            credits = gate.credits
-            try:
-                counted = None if credits and credits.pop() else True
-            except IndexError:  # another publisher took the last one since
-                counted = True
-        if counted is True:
-            self._submit_limited((data, checked, ordering_key, future, size, True))
-        else:
-            rows = intake.rows
-            rows.extend((data, checked, ordering_key, future, size, counted))
-            if not intake.armed:
-                intake.armed = True
-                self._tell(DRAIN)
-            elif not len(rows) % YIELD_ROWS:  # see YIELD_EVERY
-                _yield(0)
-        if intake.sealed:  # the actor stopped for good, maybe racing this call
-            reap(intake, gate, closed_error)
+        self._submit([self._accepted(data, attributes, ordering_key, future)])
         return future
 
     def publish_message(self, message: Message) -> Future[str]:
@@ -301,12 +260,12 @@ class Publisher:
     def _set_paused(self, keys: frozenset[str]) -> None:
         self._paused = keys
 
-    def _checked(
+    def _accepted(
         self, data: bytes | bytearray | memoryview, attributes: Mapping[str, str] | None,
-        key: str | None,
-    ) -> tuple[bytes, dict[str, str], str | None, int]:
-        """The calls `publish` does not take on sight: bytes, attributes and key checked
-        (attributes copied), and the size.
+        key: str | None, future: Settles,
+    ) -> Accepted:
+        """A message as the Publisher keeps it: data and key checked, attributes copied,
+        its size, and where its id goes.
 
         Raises:
             PublishError: code 3 for invalid data, attributes, key or size.
@@ -323,44 +282,57 @@ class Publisher:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
         if key is not None and key in self._paused:
             raise OrderingKeyPausedError(key)
-        return data, checked, key, size
+        return data, checked, key, future, size
 
-    def _submit_limited(self, row: Row) -> None:
-        """Admit under flow control (may block), then enqueue: the path of a publish
-        that found no credit of the gate. One lock covers admission and the tell (a
-        publish that took a credit before close() may still append after it; the
-        actor's stop, or the publisher itself on a sealed intake, fails it). The lock
-        is taken by hand, not with `with`, and `Intake.add` is inlined: per admitted
-        publish in one thread, 0.45 -> 0.35 µs."""
+    def _submit(self, items: list[Accepted]) -> None:
+        """Admit each message under flow control and hand it to the actor, in order.
+
+        As many as fit are admitted and appended under one hold of the gate's lock
+        (waiting meanwhile while the intake is `Intake.full`); one that does not fit
+        waits in `FlowGate.acquire` (after the actor was told to send what it holds, so
+        a lone publisher always progresses). The actor is told to drain under the lock.
+
+        Raises:
+            FlowControlError, PublishError: admission of the first message failed (code
+                8, or code 9 once closed). For a later message the error fails it and
+                every one after it instead: the earlier ones are already on their way.
+        """
         gate, intake = self._gate, self._intake
-        lock = gate.lock
-        lock.acquire()
-        try:
-            admitted = gate.admit_now(row[4])
-            if admitted:
-                intake.rows.extend(row)
-                if not intake.armed:
-                    intake.armed = True
-                    self._tell(DRAIN)
-        finally:
-            lock.release()
-        if not admitted:
-            self._wait_admitted(row)
+        done, count = 0, len(items)
+        while done < count:
+            try:
+                with gate.lock:
+                    while done < count:
+                        while intake.full and not gate.closed:
+                            intake.wait_for_room()
+                        if not gate.admit_now(items[done][4]):
+                            break
+                        if intake.sealed:  # the actor stopped for good
+                            gate.release_locked(1, items[done][4])
+                            raise closed_error()
+                        if intake.add(items[done]):
+                            self._tell(DRAIN)
+                        done += 1
+                if done < count:
+                    self._wait_admitted(items[done])
+                    done += 1
+            except BaseException as exc:
+                if done == 0:
+                    raise
+                fail_all([item[3] for item in items[done:]], exc)
+                return
 
-    def _wait_admitted(self, row: Row) -> None:
-        """`_submit_limited` once admitting at once failed: acquire (may block), enqueue."""
+    def _wait_admitted(self, item: Accepted) -> None:
+        """Admission once `FlowGate.admit_now` refused: acquire (may block), enqueue."""
         gate = self._gate
-        waited = gate.acquire(row[4], on_block=self._send_now)
+        waited = gate.acquire(item[4], on_block=lambda: self._tell(SEND_NOW))
         with gate.lock:
-            if gate.closed:
-                gate.release_locked(1, row[4])
+            if gate.closed or self._intake.sealed:
+                gate.release_locked(1, item[4])
                 raise closed_error()
-            self._enqueue(row)
-            if waited and gate.congested:
-                # Others still wait for capacity: this message must not sit out the
-                # latency in an open batch while they do.
-                self._tell(SEND_NOW)
-
-    def _enqueue(self, row: Row) -> None:
-        if self._intake.add(row):
-            self._tell(DRAIN)
+            if self._intake.add(item):
+                self._tell(DRAIN)
+        if waited and gate.congested:
+            # Others still wait for capacity: this message must not sit out the
+            # latency in an open batch while they do.
+            self._tell(SEND_NOW)
