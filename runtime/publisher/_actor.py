@@ -32,7 +32,7 @@ from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
-from runtime.publisher._intake import Accepted, Intake, fail_all, resolve_all
+from runtime.publisher._intake import Accepted, Intake, fail_slice, resolve_slice
 from runtime.publisher._messages import (
     BatchDone,
     BatchTopic,
@@ -148,15 +148,15 @@ class PublisherActor(Actor):
         """Add what the intake holds to the open batches of its lanes, in publish order
         per lane; a paused key's messages fail here."""
         with self._gate.lock:
-            items = self._intake.take()
-        if not items:
+            runs = self._intake.take()
+        if not runs:
             return
         if not self._ordering:
-            lanes: dict[str | None, list[Accepted]] = {None: items}
+            lanes: dict[str | None, list[Accepted]] = {None: runs}
         else:
             lanes = {}
-            for item in items:
-                lanes.setdefault(item[2], []).append(item)
+            for run in runs:
+                lanes.setdefault(run[2], []).append(run)
         for key, lane in lanes.items():
             if key is not None and self._sequencer.is_paused(key):
                 self._refuse(key, lane)
@@ -168,8 +168,7 @@ class PublisherActor(Actor):
 
     def _refuse(self, key: str, lane: list[Accepted]) -> None:
         """Fail a paused key's messages and release their capacity."""
-        fail_all([item[3] for item in lane], OrderingKeyPausedError(key))
-        self._gate.release(len(lane), sum(item[4] for item in lane))
+        _fail_runs(self._gate, lane, OrderingKeyPausedError(key))
 
     def _arm(self) -> None:
         """Ask the ticker for the earliest open batch's deadline, if it is earlier."""
@@ -310,11 +309,17 @@ class PublisherActor(Actor):
         With both ``ids`` and ``error`` the topic accepted only the first ``len(ids)``
         messages: those futures resolve, the rest (never published) fail.
         """
-        futures = batch.futures
-        if ids is not None:
-            resolve_all(futures if error is None else futures[:len(ids)], ids)
-        if error is not None:
-            fail_all(futures if ids is None else futures[len(ids):], error)
+        confirmed = 0 if ids is None else len(ids)
+        start = 0
+        for sink, first, count in batch.slices:
+            if start + count <= confirmed:
+                resolve_slice(sink, first, ids[start:start + count])  # type: ignore[index]
+            elif start < confirmed:  # cut by the partial confirmation
+                resolve_slice(sink, first, ids[start:confirmed])  # type: ignore[index]
+                fail_slice(sink, start + count - confirmed, _given(error))
+            else:
+                fail_slice(sink, count, _given(error))
+            start += count
         self._gate.release(len(batch), batch.size)
         if self._outstanding.pop(batch.id, None) is not None and self._barriers:
             self._barriers.settled(batch.id)
@@ -328,9 +333,8 @@ class PublisherActor(Actor):
             self._ticker.stop()
             self._ticker = None
         with self._gate.lock:
-            items = self._intake.seal() if final else self._intake.take()
-        fail_all([item[3] for item in items], error)  # admitted, never batched
-        self._gate.release(len(items), sum(item[4] for item in items))
+            runs = self._intake.seal() if final else self._intake.take()
+        _fail_runs(self._gate, runs, error)  # admitted, never batched
         self._sequencer.drain()
         self._in_flight.clear()
         self._held.clear()  # still in _outstanding: settled below
@@ -338,6 +342,18 @@ class PublisherActor(Actor):
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:
             self._settle(batch, None, error)
         self._barriers.release_all()
+
+
+def _fail_runs(gate: FlowGate, runs: list[Accepted], error: BaseException) -> None:
+    """Fail runs never batched and release their capacity."""
+    for _, _, _, sink, _, sizes in runs:
+        fail_slice(sink, len(sizes), error)
+    gate.release(sum(len(run[5]) for run in runs), sum(sum(run[5]) for run in runs))
+
+
+def _given(error: BaseException | None) -> BaseException:
+    assert error is not None  # messages go unconfirmed only with a failure
+    return error
 
 
 def _tell_done(ref: Ref, batch_id: int, result: Future[Sequence[str]]) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from runtime.core._message import Message, new_message
 from runtime.errors import PublishError
-from runtime.publisher._intake import Accepted, Settles
+from runtime.publisher._intake import Accepted, Slice
 
 __all__ = ["Batch", "BatchSettings", "Batcher"]
 
@@ -69,17 +69,17 @@ class Batch:
 
     The messages are kept as parallel lists (data, attributes, ordering key), the form
     the topic takes a batch in; `messages` builds `Message` objects for a topic that
-    takes those instead.
+    takes those instead. Their ids go to the `Slice` of each run the batch holds.
 
     Attributes:
         id: unique per Batcher, increasing in creation order.
         key: the lane: an ordering key, or None.
         created_at: the clock reading when the first message arrived.
-        futures: where each message's id goes, in publish order.
+        slices: where the messages' ids go, in publish order.
         size: the sum of the messages' sizes.
     """
 
-    __slots__ = ("attributes", "created_at", "datas", "futures", "id", "key", "keys", "size")
+    __slots__ = ("attributes", "created_at", "datas", "id", "key", "keys", "size", "slices")
 
     def __init__(self, *, id: int, key: str | None, created_at: float) -> None:
         self.id = id
@@ -88,7 +88,7 @@ class Batch:
         self.datas: list[bytes] = []
         self.attributes: list[dict[str, str]] = []
         self.keys: list[str | None] = []
-        self.futures: list[Settles] = []
+        self.slices: list[Slice] = []
         self.size = 0
 
     @property
@@ -96,8 +96,18 @@ class Batch:
         """The messages, in publish order (built on each call: read it once, to send)."""
         return list(map(new_message, self.datas, self.attributes, self.keys))
 
+    def extend(self, run: Accepted, start: int, end: int, size: int) -> None:
+        """Append messages ``start`` to ``end - 1`` of ``run`` (``size`` bytes in all)."""
+        datas, attributes, key, sink, first, _ = run
+        count = end - start
+        self.datas += datas[start:end]
+        self.attributes += [attributes] * count
+        self.keys += [key] * count
+        self.slices.append((sink, first + start, count))
+        self.size += size
+
     def __len__(self) -> int:
-        return len(self.futures)
+        return len(self.datas)
 
     def __repr__(self) -> str:
         return f"Batch(id={self.id}, key={self.key!r}, messages={len(self)}, size={self.size})"
@@ -136,29 +146,30 @@ class Batcher:
         """The messages waiting in open batches."""
         return sum(len(batch) for batch in self._open.values())
 
-    def add(self, key: str | None, items: list[Accepted]) -> list[Batch]:
-        """Add messages, in order, to one lane; return the batches they closed, in order."""
+    def add(self, key: str | None, runs: list[Accepted]) -> list[Batch]:
+        """Add runs of messages, in order, to one lane; return the batches they closed,
+        in order."""
         settings = self._settings
-        max_messages, max_bytes = settings.max_messages, settings.max_bytes
-        at_once = settings.max_latency <= 0
+        per_batch = 1 if settings.max_latency <= 0 else settings.max_messages
+        max_bytes = settings.max_bytes
         closed: list[Batch] = []
         batch = self._open.get(key)
-        for data, attributes, ordering_key, future, size in items:
-            if batch is not None and batch.size + size > max_bytes:
-                del self._open[key]  # the message would overflow it: send it first
-                closed.append(batch)
-                batch = None
-            if batch is None:
-                batch = self._open[key] = self._new(key)
-            batch.datas.append(data)
-            batch.attributes.append(attributes)
-            batch.keys.append(ordering_key)
-            batch.futures.append(future)
-            batch.size += size
-            if len(batch.futures) >= max_messages or batch.size >= max_bytes or at_once:
-                del self._open[key]
-                closed.append(batch)
-                batch = None
+        for run in runs:
+            sizes = run[5]
+            start, count = 0, len(sizes)
+            while start < count:
+                if batch is None:
+                    batch = self._open[key] = self._new(key)
+                end, size = _fit(sizes, start, min(count, start + per_batch - len(batch)),
+                                 max_bytes - batch.size, empty=not batch.datas)
+                took = end > start
+                if took:
+                    batch.extend(run, start, end, size)
+                    start = end
+                if not took or len(batch) >= per_batch or batch.size >= max_bytes:
+                    del self._open[key]  # full, or the next message would overflow it
+                    closed.append(batch)
+                    batch = None
         return closed
 
     def due(self) -> list[Batch]:
@@ -206,3 +217,20 @@ class Batcher:
         self._last_id += 1
         return Batch(id=self._last_id, key=key, created_at=self._clock())
 
+
+def _fit(sizes: list[int], start: int, end: int, room: int, *, empty: bool) -> tuple[int, int]:
+    """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``), and
+    the bytes it takes: before the first message that would overflow it, or after the
+    one that fills it exactly. An ``empty`` batch takes a lone oversized message."""
+    total = sum(sizes[start:end])
+    if total < room:  # the usual case: all of them, without a look at each
+        return end, total
+    total = 0
+    for index in range(start, end):
+        size = sizes[index]
+        if total + size > room and not (empty and index == start):
+            return index, total
+        total += size
+        if total >= room:
+            return index + 1, total
+    return end, total

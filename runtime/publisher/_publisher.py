@@ -1,7 +1,7 @@
 """The Publisher handle: validates and admits messages, then hands them to its actor.
 
-``publish`` runs in the caller's thread and does only what must happen there, on one
-path: validation (raised synchronously, nothing enqueued), then for each
+``publish`` and ``publish_many`` run in the caller's thread and do only what must happen
+there, on one path: validation (raised synchronously, nothing enqueued), then for each
 message flow-control admission (which may block) and one append to the `Intake` under
 the gate's lock (a tell to the `PublisherActor` only when it is not already due to
 drain). Batching, ordering and settlement happen in the actor; see
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -21,9 +21,10 @@ from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
+from runtime.publisher._bulk import Bulk
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import Accepted, Intake, Settles, fail_all
+from runtime.publisher._intake import MAX_QUEUED, Accepted, Intake, Sink, fail_slice
 from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
@@ -144,7 +145,7 @@ class Publisher:
             FlowControlError: code 8, flow-control limits exceeded.
         """
         future: Future[str] = Future()
-        self._submit([self._accepted(data, attributes, ordering_key, future)])
+        self._submit(self._accepted([data], attributes, ordering_key, future))
         return future
 
     def publish_message(self, message: Message) -> Future[str]:
@@ -156,6 +157,38 @@ class Publisher:
             raise PublishError("publish_message takes a Message", 3)
         # Checked and copied as any publish: the caller's attributes dict may change.
         return self.publish(message.data, message.attributes, message.ordering_key)
+
+    def publish_many(
+        self,
+        datas: Iterable[bytes | bytearray | memoryview],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        ordering_key: str | None = None,
+    ) -> Future[list[str]]:
+        """Publish each of ``datas``, in order, with the same ``attributes`` and
+        ``ordering_key``; return one future of all their ids, in order.
+
+        The bulk twin of `publish`: the messages are validated as `publish` validates one
+        (every one before any is admitted), then admitted one by one under flow control,
+        and batched like any others. The future resolves with the list of ids once every
+        message is confirmed, or fails with the first failure of one of them (messages
+        of other batches may still be published; their ids are not reported).
+
+        Blocks and raises like `publish`. A flow-control refusal raises only when it
+        refuses the first message; past it, the future fails with the refusal, and the
+        messages from the refused one on are not published.
+
+        Raises:
+            PublishError: code 3 for invalid data, attributes, key or size (nothing is
+                published); code 9 when the Publisher is closed.
+            OrderingKeyPausedError: code 9, the key is paused.
+            FlowControlError: code 8, the first message exceeds the limits.
+        """
+        datas = list(datas)
+        bulk = Bulk(len(datas))
+        if datas:
+            self._submit(self._accepted(datas, attributes, ordering_key, bulk))
+        return bulk.future
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every pending batch; wait until everything accepted before the call settled.
@@ -261,36 +294,39 @@ class Publisher:
         self._paused = keys
 
     def _accepted(
-        self, data: bytes | bytearray | memoryview, attributes: Mapping[str, str] | None,
-        key: str | None, future: Settles,
+        self, datas: list[bytes | bytearray | memoryview], attributes: Mapping[str, str] | None,
+        key: str | None, sink: Sink,
     ) -> Accepted:
-        """A message as the Publisher keeps it: data and key checked, attributes copied,
-        its size, and where its id goes.
+        """Messages as the Publisher keeps them: data and key checked, attributes copied
+        once for all, each message's size, and where their ids go.
 
         Raises:
             PublishError: code 3 for invalid data, attributes, key or size.
             OrderingKeyPausedError: the key is paused.
         """
-        data = as_bytes(data)
+        checked_datas = list(map(as_bytes, datas))
         if attributes:
-            checked, size = checked_attributes(attributes, len(data))
+            checked, extra = checked_attributes(attributes, 0)
         else:
-            checked, size = NO_ATTRIBUTES, len(data)
+            checked, extra = NO_ATTRIBUTES, 0
         if key is not None:
             key = checked_key(key)
-        if size > MAX_MESSAGE_SIZE:
+        sizes = [len(data) + extra for data in checked_datas]
+        if max(sizes) > MAX_MESSAGE_SIZE:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
         if key is not None and key in self._paused:
             raise OrderingKeyPausedError(key)
-        return data, checked, key, future, size
+        return checked_datas, checked, key, sink, 0, sizes
 
-    def _submit(self, items: list[Accepted]) -> None:
-        """Admit each message under flow control and hand it to the actor, in order.
+    def _submit(self, run: Accepted) -> None:
+        """Admit each message of ``run`` under flow control and hand them to the actor,
+        in order.
 
-        As many as fit are admitted and appended under one hold of the gate's lock
-        (waiting meanwhile while the intake is `Intake.full`); one that does not fit
-        waits in `FlowGate.acquire` (after the actor was told to send what it holds, so
-        a lone publisher always progresses). The actor is told to drain under the lock.
+        As many as fit are admitted under one hold of the gate's lock and appended as
+        one run of at most `MAX_QUEUED` (waiting meanwhile while the intake is
+        `Intake.full`); one that does not fit waits in `FlowGate.acquire` (after the
+        actor was told to send what it holds, so a lone publisher always progresses).
+        The actor is told to drain under the lock.
 
         Raises:
             FlowControlError, PublishError: admission of the first message failed (code
@@ -298,39 +334,47 @@ class Publisher:
                 every one after it instead: the earlier ones are already on their way.
         """
         gate, intake = self._gate, self._intake
-        done, count = 0, len(items)
+        datas, attributes, key, sink, _, sizes = run
+        done, count = 0, len(sizes)
         while done < count:
             try:
                 with gate.lock:
-                    while done < count:
-                        while intake.full and not gate.closed:
-                            intake.wait_for_room()
-                        if not gate.admit_now(items[done][4]):
-                            break
+                    while intake.full and not gate.closed:
+                        intake.wait_for_room()
+                    end = min(count, done + MAX_QUEUED)
+                    admitted = done
+                    while admitted < end and gate.admit_now(sizes[admitted]):
+                        admitted += 1
+                    if admitted > done:
                         if intake.sealed:  # the actor stopped for good
-                            gate.release_locked(1, items[done][4])
+                            gate.release_locked(admitted - done, sum(sizes[done:admitted]))
                             raise closed_error()
-                        if intake.add(items[done]):
+                        part = run if admitted - done == count else (
+                            datas[done:admitted], attributes, key, sink, done,
+                            sizes[done:admitted])
+                        if intake.add(part):
                             self._tell(DRAIN)
-                        done += 1
-                if done < count:
-                    self._wait_admitted(items[done])
+                        done = admitted
+                if done < count and admitted < end:  # the next one did not fit: wait
+                    self._wait_admitted((datas[done:done + 1], attributes, key, sink, done,
+                                         sizes[done:done + 1]))
                     done += 1
             except BaseException as exc:
                 if done == 0:
                     raise
-                fail_all([item[3] for item in items[done:]], exc)
+                fail_slice(sink, count - done, exc)
                 return
 
-    def _wait_admitted(self, item: Accepted) -> None:
-        """Admission once `FlowGate.admit_now` refused: acquire (may block), enqueue."""
-        gate = self._gate
-        waited = gate.acquire(item[4], on_block=lambda: self._tell(SEND_NOW))
+    def _wait_admitted(self, run: Accepted) -> None:
+        """Admission of a run of one once `FlowGate.admit_now` refused it: acquire (may
+        block), enqueue."""
+        gate, size = self._gate, run[5][0]
+        waited = gate.acquire(size, on_block=lambda: self._tell(SEND_NOW))
         with gate.lock:
             if gate.closed or self._intake.sealed:
-                gate.release_locked(1, item[4])
+                gate.release_locked(1, size)
                 raise closed_error()
-            if self._intake.add(item):
+            if self._intake.add(run):
                 self._tell(DRAIN)
         if waited and gate.congested:
             # Others still wait for capacity: this message must not sit out the

@@ -26,8 +26,8 @@ def add(batcher: Batcher, size: int, key: str | None = None) -> list[Batch]:
 
 def add_message(batcher: Batcher, key: str | None, message: Message) -> list[Batch]:
     """One message into its lane, as the Publisher adds a burst (`Batcher.add`)."""
-    item = (message.data, message.attributes, message.ordering_key, Future(), message.size)
-    return batcher.add(key, [item])
+    run = ([message.data], message.attributes, message.ordering_key, Future(), 0, [message.size])
+    return batcher.add(key, [run])
 
 
 def sizes(batch: Batch) -> list[int]:
@@ -214,14 +214,27 @@ def test_byte_threshold_edges(message_sizes: list[int], expected: list[list[int]
     assert _one_at_a_time(settings, message_sizes) == expected
 
 
-def test_a_burst_keeps_futures_with_their_messages() -> None:
+def test_a_run_is_cut_into_batches_that_keep_their_slices_of_it() -> None:
     batcher = Batcher(BatchSettings(max_messages=2), clock=FakeClock())
-    futures: list[Future[str]] = [Future() for _ in range(5)]
+    sink: Future[str] = Future()
+    run = ([bytes([i]) for i in range(5)], {"i": "v"}, None, sink, 10, [1] * 5)
 
-    closed = batcher.add(None, [(bytes([i]), {"i": str(i)}, None, futures[i], 1)
-                                for i in range(5)])
+    closed = batcher.add(None, [run])
 
     assert [batch.datas for batch in closed] == [[b"\x00", b"\x01"], [b"\x02", b"\x03"]]
-    assert [batch.futures for batch in closed] == [futures[:2], futures[2:4]]
-    assert [batch.attributes for batch in closed][1] == [{"i": "2"}, {"i": "3"}]
-    assert batcher.drain()[0].futures == [futures[4]]
+    assert [batch.slices for batch in closed] == [[(sink, 10, 2)], [(sink, 12, 2)]]
+    assert closed[1].attributes == [{"i": "v"}] * 2
+    assert batcher.drain()[0].slices == [(sink, 14, 1)]
+
+
+def test_runs_share_a_batch_each_with_its_own_slice() -> None:
+    batcher = Batcher(BatchSettings(max_messages=4), clock=FakeClock())
+    first: Future[str] = Future()
+    second: Future[str] = Future()
+
+    closed = batcher.add("k", [([b"a"], {}, "k", first, 0, [1]),
+                               ([b"b", b"c", b"d", b"e"], {}, "k", second, 0, [1] * 4)])
+
+    assert [batch.datas for batch in closed] == [[b"a", b"b", b"c", b"d"]]
+    assert closed[0].slices == [(first, 0, 1), (second, 0, 3)] and closed[0].keys == ["k"] * 4
+    assert batcher.drain()[0].slices == [(second, 3, 1)]

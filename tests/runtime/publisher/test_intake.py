@@ -19,27 +19,27 @@ from runtime.publisher._publisher import Publisher
 def test_intake_takes_messages_in_order_once() -> None:
     intake = Intake(threading.Lock())
     futures: list[Future[str]] = [Future() for _ in range(4)]
-    items: list[Accepted] = [(b"x" * (n + 1), {}, "k" if n else None, futures[n], n + 1)
+    items: list[Accepted] = [([b"x" * (n + 1)], {}, "k" if n else None, futures[n], 0, [n + 1])
                              for n in range(4)]
     for item in items:
         intake.add(item)
 
     assert intake.queued() == 4
     taken = intake.take()
-    intake.add((b"late", {}, None, Future(), 4))
+    intake.add(([b"late"], {}, None, Future(), 0, [4]))
 
     assert taken == items
-    assert [item[0] for item in intake.take()] == [b"late"]
+    assert [item[0] for item in intake.take()] == [[b"late"]]
     assert intake.queued() == 0 and intake.take() == []
 
 
 def test_a_sealed_intake_gives_what_it_held_and_says_so() -> None:
     intake = Intake(threading.Lock())
-    intake.add((b"held", {}, None, Future(), 4))
+    intake.add(([b"held"], {}, None, Future(), 0, [4]))
 
     held = intake.seal()
 
-    assert [item[0] for item in held] == [b"held"] and intake.sealed
+    assert [item[0] for item in held] == [[b"held"]] and intake.sealed
 
 
 def test_unlimited_outstanding_is_exact_while_messages_wait(system: ActorSystem) -> None:
@@ -161,7 +161,7 @@ def test_outstanding_returns_to_zero_on_both_paths(system: ActorSystem, limited:
 
 def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
     intake = Intake(threading.Lock())
-    item: Accepted = (b"x", {}, None, Future(), 1)
+    item: Accepted = ([b"x"], {}, None, Future(), 0, [1])
 
     assert [intake.add(item), intake.add(item), intake.add(item)] == [True, False, False]
     assert len(intake.take()) == 3
