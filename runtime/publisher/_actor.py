@@ -9,7 +9,7 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `Flush` does the same and answers once every batch closed so far has settled;
 - `Tick` comes from the ticker at the earliest batch deadline;
 - `RunDone` comes back from a local topic, once per run of batches sent together
-  (`SendRun`), and `BatchDone` from any other topic's future, once per batch;
+  (a run), and `BatchDone` from any other topic's future, once per batch;
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from actors import Actor, Ref
@@ -41,10 +42,8 @@ from runtime.publisher._messages import (
     Resume,
     RunDone,
     SendNow,
-    SendRun,
     SetOptions,
     Tick,
-    checked,
 )
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
@@ -95,7 +94,7 @@ class PublisherActor(Actor):
         self._sequencer = KeySequencer()
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
         # Sent: the topic's future, or the run the batch went in.
-        self._in_flight: dict[int, Future[Sequence[str]] | SendRun] = {}
+        self._in_flight: dict[int, Future[Sequence[str]] | list[int]] = {}
         self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
         self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
@@ -106,7 +105,7 @@ class PublisherActor(Actor):
 
     def on_start(self) -> None:
         self._self_ref = ref = self.ref
-        self._ticker = Ticker(lambda: ref.tell(_TICK), clock=self._clock,
+        self._ticker = Ticker(partial(ref.tell, _TICK), clock=self._clock,
                               name=f"{ref.name}-ticker")
         self._ticker.start()
 
@@ -200,7 +199,7 @@ class PublisherActor(Actor):
         """A batch is complete: track it and send it unless its key has one in flight,
         or (unkeyed) `SEND_WINDOW` batches are in flight already."""
         self._outstanding[batch.id] = batch
-        ready = self._sequencer.submit(batch)
+        ready = batch if batch.key is None else self._sequencer.submit(batch)
         if ready is None:
             return
         if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
@@ -246,7 +245,7 @@ class PublisherActor(Actor):
             return
         for start in range(0, len(batches), RUN):
             run = batches[start:start + RUN]
-            sent = SendRun([batch.id for batch in run])
+            sent = list(map(_ID, run))  # a new list per run: its identity marks the reply
             for batch in run:
                 self._in_flight[batch.id] = sent
             parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
@@ -265,9 +264,14 @@ class PublisherActor(Actor):
 
     def _run_done(self, done: RunDone) -> None:
         """Finish a run's batches, each on its own outcome."""
-        for batch_id, (ids, error) in zip(done.run.batch_ids, done.outcomes, strict=True):
-            if self._in_flight.get(batch_id) is done.run:  # as in `_batch_done`
-                self._finish(batch_id, *checked(ids, error, len(self._outstanding[batch_id])))
+        for batch_id, (ids, error) in zip(done.run, done.outcomes, strict=True):
+            if self._in_flight.get(batch_id) is not done.run:  # as in `_batch_done`
+                continue
+            count = len(self._outstanding[batch_id].datas)
+            if error is None and ids is not None and len(ids) != count:
+                error = PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
+                ids = None
+            self._finish(batch_id, ids, error)
         if self._gate.congested:
             self._relieve()
 
@@ -320,8 +324,8 @@ class PublisherActor(Actor):
             else:
                 fail_slice(sink, count, _given(error))
             start += count
-        self._gate.release(len(batch), batch.size)
-        if self._outstanding.pop(batch.id, None) is not None and self._barriers:
+        self._gate.release(len(batch.datas), batch.size)
+        if self._outstanding.pop(batch.id, None) is not None and self._barriers.waiting:
             self._barriers.settled(batch.id)
 
     def _abandon(self, error: PublishError, *, final: bool) -> None:
@@ -361,9 +365,10 @@ def _tell_done(ref: Ref, batch_id: int, result: Future[Sequence[str]]) -> None:
 
 
 def _tell_run_done(
-    ref: Ref, run: SendRun, outcomes: list[tuple[Sequence[str] | None, BaseException | None]],
+    ref: Ref, run: list[int], outcomes: list[tuple[Sequence[str] | None, BaseException | None]],
 ) -> None:
     ref.tell(RunDone(run=run, outcomes=outcomes))
 
 
 _TICK = Tick()
+_ID = attrgetter("id")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.core._message import Message, new_message
@@ -160,13 +160,16 @@ class Batcher:
             while start < count:
                 if batch is None:
                     batch = self._open[key] = self._new(key)
-                end, size = _fit(sizes, start, min(count, start + per_batch - len(batch)),
-                                 max_bytes - batch.size, empty=not batch.datas)
+                end = min(count, start + per_batch - len(batch.datas))
+                size = sum(sizes[start:end])
+                if size >= max_bytes - batch.size:  # a byte threshold falls in the slice
+                    end, size = _fit(sizes, start, end, max_bytes - batch.size,
+                                     empty=not batch.datas)
                 took = end > start
                 if took:
                     batch.extend(run, start, end, size)
                     start = end
-                if not took or len(batch) >= per_batch or batch.size >= max_bytes:
+                if not took or len(batch.datas) >= per_batch or batch.size >= max_bytes:
                     del self._open[key]  # full, or the next message would overflow it
                     closed.append(batch)
                     batch = None
@@ -218,13 +221,10 @@ class Batcher:
         return Batch(id=self._last_id, key=key, created_at=self._clock())
 
 
-def _fit(sizes: list[int], start: int, end: int, room: int, *, empty: bool) -> tuple[int, int]:
+def _fit(sizes: Sequence[int], start: int, end: int, room: int, *, empty: bool) -> tuple[int, int]:
     """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``), and
     the bytes it takes: before the first message that would overflow it, or after the
     one that fills it exactly. An ``empty`` batch takes a lone oversized message."""
-    total = sum(sizes[start:end])
-    if total < room:  # the usual case: all of them, without a look at each
-        return end, total
     total = 0
     for index in range(start, end):
         size = sizes[index]

@@ -138,20 +138,26 @@ class FlowGate:
 
         Never blocks. Admits waiters from the head of the queue while they fit.
         """
-        with self.lock:
-            self.release_locked(messages, nbytes)
+        with self.lock:  # the body of `release_locked`: one call on the actor's path
+            if messages > self._messages or nbytes > self._bytes:
+                raise self._over_released(messages, nbytes)
+            self._messages -= messages
+            self._bytes -= nbytes
+            if self._waiters:
+                self._admit_waiters()
 
     def release_locked(self, messages: int, nbytes: int) -> None:
         """`release` for a caller that holds `lock`."""
         if messages > self._messages or nbytes > self._bytes:
-            raise RuntimeError(
-                f"flow control released more than outstanding: {messages}/{nbytes} > "
-                f"{self.outstanding_locked()}"
-            )
+            raise self._over_released(messages, nbytes)
         self._messages -= messages
         self._bytes -= nbytes
         if self._waiters:
             self._admit_waiters()
+
+    def _over_released(self, messages: int, nbytes: int) -> RuntimeError:
+        return RuntimeError(f"flow control released more than outstanding: {messages}/{nbytes} "
+                            f"> {self.outstanding_locked()}")
 
     def update(self, settings: FlowControl) -> None:
         """Apply new limits: wake waiters that now fit, fail those that never can."""

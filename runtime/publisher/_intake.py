@@ -30,8 +30,9 @@ Sink = Future[str] | Bulk
 # Messages accepted together, all with the same attributes (a private copy) and ordering
 # key (None: none): their data, that attributes and key, their sink, the index of the
 # first of them in the sink's call, and each one's size (`len(data)` plus the
-# attributes' UTF-8 length).
-Accepted = tuple[list[bytes], "dict[str, str]", "str | None", Sink, int, list[int]]
+# attributes' UTF-8 length). Data and sizes are tuples: holding only bytes and ints,
+# the collector stops tracking them, and a run of one is then one object it walks.
+Accepted = tuple["Sequence[bytes]", "dict[str, str]", "str | None", Sink, int, "Sequence[int]"]
 # Part of a run in a batch: its sink, the index of its first message in the sink's call,
 # and how many messages.
 Slice = tuple[Sink, int, int]
@@ -74,7 +75,7 @@ class Intake:
     fails its publish), so every accepted message is taken by the actor.
     """
 
-    __slots__ = ("_armed", "_count", "_runs", "_taken", "sealed")
+    __slots__ = ("_armed", "_count", "_runs", "_taken", "full", "sealed")
 
     def __init__(self, lock: threading.Lock) -> None:
         self._runs: list[Accepted] = []
@@ -82,11 +83,8 @@ class Intake:
         self._armed = False
         self._taken = threading.Condition(lock)
         self.sealed = False
-
-    @property
-    def full(self) -> bool:
-        """True while `MAX_QUEUED` messages wait for the actor (and it still takes)."""
-        return self._count >= MAX_QUEUED and not self.sealed
+        # True while `MAX_QUEUED` messages wait for the actor (and it still takes).
+        self.full = False
 
     def wait_for_room(self) -> None:
         """Wait (the lock held: released meanwhile) until the actor takes, at most one
@@ -97,6 +95,7 @@ class Intake:
         """Append one run; True when the caller must tell the actor to drain."""
         self._runs.append(run)
         self._count += len(run[0])
+        self.full = self._count >= MAX_QUEUED and not self.sealed
         if self._armed:
             return False
         self._armed = True
@@ -108,6 +107,7 @@ class Intake:
         full = self._count >= MAX_QUEUED
         self._count = 0
         self._armed = False
+        self.full = False
         if full:
             self._taken.notify_all()
         return runs

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = ["Publisher"]
 # Bound of every internal ask and of each slice of an unbounded wait.
 _ASK_TIMEOUT = 10.0
 SEND_NOW = SendNow()
+_BYTES = frozenset({bytes})
 DRAIN = Drain()
 
 
@@ -145,7 +146,7 @@ class Publisher:
             FlowControlError: code 8, flow-control limits exceeded.
         """
         future: Future[str] = Future()
-        self._submit(self._accepted([data], attributes, ordering_key, future))
+        self._submit(self._accepted((data,), attributes, ordering_key, future))
         return future
 
     def publish_message(self, message: Message) -> Future[str]:
@@ -294,7 +295,7 @@ class Publisher:
         self._paused = keys
 
     def _accepted(
-        self, datas: list[bytes | bytearray | memoryview], attributes: Mapping[str, str] | None,
+        self, datas: Sequence[bytes | bytearray | memoryview], attributes: Mapping[str, str] | None,
         key: str | None, sink: Sink,
     ) -> Accepted:
         """Messages as the Publisher keeps them: data and key checked, attributes copied
@@ -304,14 +305,19 @@ class Publisher:
             PublishError: code 3 for invalid data, attributes, key or size.
             OrderingKeyPausedError: the key is paused.
         """
-        checked_datas = list(map(as_bytes, datas))
+        if set(map(type, datas)) <= _BYTES:
+            checked_datas: tuple[bytes, ...] = tuple(datas)  # type: ignore[arg-type]
+        else:
+            checked_datas = tuple(map(as_bytes, datas))
         if attributes:
             checked, extra = checked_attributes(attributes, 0)
         else:
             checked, extra = NO_ATTRIBUTES, 0
         if key is not None:
             key = checked_key(key)
-        sizes = [len(data) + extra for data in checked_datas]
+        sizes = tuple(map(len, checked_datas))
+        if extra:
+            sizes = tuple([size + extra for size in sizes])
         if max(sizes) > MAX_MESSAGE_SIZE:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
         if key is not None and key in self._paused:
@@ -339,7 +345,7 @@ class Publisher:
         while done < count:
             try:
                 with gate.lock:
-                    while intake.full and not gate.closed:
+                    while intake.full and not gate.closed:  # an attribute: see Intake
                         intake.wait_for_room()
                     end = min(count, done + MAX_QUEUED)
                     admitted = done
