@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from runtime.errors import FlowControlError
 from runtime.publisher._flow_settings import FlowControl
@@ -85,23 +85,35 @@ class FlowGate:
         """True once `close` was called."""
         return self._closed is not None
 
-    def admit_now(self, size: int) -> bool:
-        """Admit a message if it fits with nobody waiting; the caller holds `lock`.
+    def admit_now(self, sizes: Sequence[int], start: int, end: int) -> int:
+        """Admit messages ``start`` to ``end - 1`` of ``sizes``, in order, while they fit
+        with nobody waiting; the caller holds `lock`.
 
-        Returns False when the caller must go through `acquire` instead.
+        Returns where admission stopped (``end`` when all were admitted); the message
+        there must go through `acquire` instead.
 
         Raises:
             BaseException: the error `close` was given, once the gate is closed.
         """
         if self._closed is not None:
             raise self._closed()
-        if self._waiters or self._messages >= self._max_messages or (
-            self._bytes + size > self._max_bytes
-        ):
-            return False
-        self._messages += 1
-        self._bytes += size
-        return True
+        if self._waiters:
+            return start
+        count, nbytes = end - start, sum(sizes[start:end])
+        if self._messages + count <= self._max_messages and (
+            self._bytes + nbytes <= self._max_bytes
+        ):  # all of them: the usual case, and always without limits
+            self._messages += count
+            self._bytes += nbytes
+            return end
+        for index in range(start, end):  # one by one, up to the first that does not fit
+            if self._messages >= self._max_messages or (
+                self._bytes + sizes[index] > self._max_bytes
+            ):
+                return index
+            self._messages += 1
+            self._bytes += sizes[index]
+        return end
 
     def acquire(self, size: int, *, on_block: Callable[[], None] | None = None) -> bool:
         """Admit one message of ``size`` bytes, blocking under the ``"block"`` behaviour.
@@ -119,7 +131,7 @@ class FlowGate:
             BaseException: the error `close` was given, once the gate is closed.
         """
         with self.lock:
-            if self.admit_now(size):
+            if self.admit_now((size,), 0, 1):
                 return False
             settings = self._settings
             if _too_big(size, settings):

@@ -348,9 +348,7 @@ class Publisher:
                     while intake.full and not gate.closed:  # an attribute: see Intake
                         intake.wait_for_room()
                     end = min(count, done + MAX_QUEUED)
-                    admitted = done
-                    while admitted < end and gate.admit_now(sizes[admitted]):
-                        admitted += 1
+                    admitted = gate.admit_now(sizes, done, end)
                     if admitted > done:
                         if intake.sealed:  # the actor stopped for good
                             gate.release_locked(admitted - done, sum(sizes[done:admitted]))
