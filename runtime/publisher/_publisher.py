@@ -50,9 +50,10 @@ DRAIN = Drain()
 class Publisher:
     """Publishes bytes messages to a topic in batches, with flow control (an actor).
 
-    Build one with ``topic.publisher(...)``. ``publish`` returns a future of the message
-    id at once (unless flow control blocks it); the actor sends batches when a threshold
-    of ``batching`` is reached, and resolves each future when the topic confirms it.
+    Build one with ``topic.publisher(...)``. ``publish`` returns a new future of the
+    message id at once (unless flow control blocks it), ``publish_many`` one future of
+    the ids of many messages; the actor sends batches when a threshold of ``batching``
+    is reached, and resolves each future when the topic confirms its messages.
 
     Args:
         topic: the target; anything with ``name`` and ``_publish_batch(messages)``.
