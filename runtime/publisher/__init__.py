@@ -8,7 +8,8 @@
   way to the actor; ``_bulk``: the one future of a ``publish_many`` call.
 - ``_sequencer``: one batch in flight per ordering key; ``_flush``: flush and close.
 - ``_messages``, ``_validation``: the actor's mailbox messages and the checks done at
-  ``publish()`` (each publish gets a new `concurrent.futures.Future`).
+  ``publish()`` (each publish gets a new publish future, the core's ``MessageFuture``:
+  a `concurrent.futures.Future` that cannot be cancelled).
 
 Imports run one way: ``publisher`` -> ``core``.
 """

@@ -6,6 +6,8 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 
+from runtime.core._future import MessageFuture
+
 __all__ = ["Bulk"]
 
 
@@ -24,7 +26,7 @@ class Bulk:
     __slots__ = ("_ids", "_lock", "_remaining", "future")
 
     def __init__(self, count: int) -> None:
-        self.future: Future[list[str]] = Future()
+        self.future: Future[list[str]] = MessageFuture()
         self._ids: list[str] = [""] * count
         self._remaining = count
         # Slices settle in the actor's thread, but a stopping Publisher or a refused

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors import ActorSystem
+from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._actor import PublisherActor
@@ -146,7 +147,7 @@ class Publisher:
             OrderingKeyPausedError: code 9, the key is paused.
             FlowControlError: code 8, flow-control limits exceeded.
         """
-        future: Future[str] = Future()
+        future: Future[str] = MessageFuture()  # new: never one handed out before
         self._submit(self._accepted((data,), attributes, ordering_key, future))
         return future
 
