@@ -100,9 +100,9 @@ class Batch:
         """Append messages ``start`` to ``end - 1`` of ``run`` (``size`` bytes in all)."""
         datas, attributes, key, sink, first, _ = run
         count = end - start
-        self.datas += datas[start:end]
-        self.attributes += [attributes] * count
-        self.keys += [key] * count
+        self.datas += datas if count == len(datas) else datas[start:end]
+        self.attributes += (attributes,) * count
+        self.keys += (key,) * count
         self.slices.append((sink, first + start, count))
         self.size += size
 
@@ -161,7 +161,7 @@ class Batcher:
                 if batch is None:
                     batch = self._open[key] = self._new(key)
                 end = min(count, start + per_batch - len(batch.datas))
-                size = sum(sizes[start:end])
+                size = sum(sizes) if end - start == count else sum(sizes[start:end])
                 if size >= max_bytes - batch.size:  # a byte threshold falls in the slice
                     end, size = _fit(sizes, start, end, max_bytes - batch.size,
                                      empty=not batch.datas)
