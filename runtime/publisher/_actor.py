@@ -320,9 +320,10 @@ class PublisherActor(Actor):
                 resolve_slice(sink, first, ids[start:start + count])  # type: ignore[index]
             elif start < confirmed:  # cut by the partial confirmation
                 resolve_slice(sink, first, ids[start:confirmed])  # type: ignore[index]
-                fail_slice(sink, start + count - confirmed, _given(error))
+                fail_slice(sink, first + confirmed - start, start + count - confirmed,
+                           _given(error))
             else:
-                fail_slice(sink, count, _given(error))
+                fail_slice(sink, first, count, _given(error))
             start += count
         self._gate.release(len(batch.datas), batch.size)
         if self._outstanding.pop(batch.id, None) is not None and self._barriers.waiting:
@@ -350,8 +351,8 @@ class PublisherActor(Actor):
 
 def _fail_runs(gate: FlowGate, runs: list[Accepted], error: BaseException) -> None:
     """Fail runs never batched and release their capacity."""
-    for _, _, _, sink, _, sizes in runs:
-        fail_slice(sink, len(sizes), error)
+    for _, _, _, sink, first, sizes in runs:
+        fail_slice(sink, first, len(sizes), error)
     gate.release(sum(len(run[5]) for run in runs), sum(sum(run[5]) for run in runs))
 
 

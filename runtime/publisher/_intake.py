@@ -25,13 +25,14 @@ MAX_QUEUED = 1024
 # Each slice of the wait for room: how soon a closed gate is noticed.
 _ROOM_SLICE = 0.1
 
-# Where the ids of a run go: the future ``publish`` returned, or a ``publish_many``'s.
-Sink = Future[str] | Bulk
-# Messages accepted together, all with the same attributes (a private copy) and ordering
-# key (None: none): their data, that attributes and key, their sink, the index of the
-# first of them in the sink's call, and each one's size (`len(data)` plus the
-# attributes' UTF-8 length). Data and sizes are tuples: holding only bytes and ints,
-# the collector stops tracking them, and a run of one is then one object it walks.
+# Where the ids of a run go: the future ``publish`` returned (a run of one, as the
+# Publisher hands it over), the futures of consecutive ``publish`` calls (a run the
+# intake gathered, one future per message), or a ``publish_many``'s `Bulk`.
+Sink = Future[str] | list[Future[str]] | Bulk
+# Messages accepted together, all with the same attributes (a private copy, or the one
+# shared empty mapping) and ordering key (None: none): their data, that attributes and
+# key, their sink, the index of the first of them in the sink's call (or list), and each
+# one's size (`len(data)` plus the attributes' UTF-8 length).
 Accepted = tuple["Sequence[bytes]", "dict[str, str]", "str | None", Sink, int, "Sequence[int]"]
 # Part of a run in a batch: its sink, the index of its first message in the sink's call,
 # and how many messages.
@@ -39,26 +40,29 @@ Slice = tuple[Sink, int, int]
 
 
 def resolve_slice(sink: Sink, first: int, ids: Sequence[str]) -> None:
-    """The messages of a slice are confirmed with ``ids``; a future its holder
-    cancelled is skipped."""
+    """The messages of a slice, from ``first`` on, are confirmed with ``ids``; a future
+    its holder cancelled is skipped."""
     if isinstance(sink, Bulk):
         sink.resolve(first, ids)
         return
-    try:
-        sink.set_result(ids[0])
-    except InvalidStateError:  # cancelled: nobody waits for the id
-        pass
+    futures = sink[first:first + len(ids)] if isinstance(sink, list) else [sink]
+    for future, message_id in zip(futures, ids, strict=True):
+        try:
+            future.set_result(message_id)
+        except InvalidStateError:  # cancelled: nobody waits for the id
+            pass
 
 
-def fail_slice(sink: Sink, count: int, error: BaseException) -> None:
-    """The ``count`` messages of a slice failed with ``error``."""
+def fail_slice(sink: Sink, first: int, count: int, error: BaseException) -> None:
+    """The ``count`` messages of a slice, from ``first`` on, failed with ``error``."""
     if isinstance(sink, Bulk):
         sink.fail(count, error)
         return
-    try:
-        sink.set_exception(error)
-    except InvalidStateError:
-        pass
+    for future in sink[first:first + count] if isinstance(sink, list) else [sink]:
+        try:
+            future.set_exception(error)
+        except InvalidStateError:
+            pass
 
 
 class Intake:
@@ -68,7 +72,9 @@ class Intake:
     append and the actor's take are one critical section, so a message is counted by
     the gate exactly when it is in the intake or further on, and order holds across
     threads. A publisher tells the actor to drain only when `add` says so: the first
-    run after a take. A burst of publishes is then one mailbox message. A publisher
+    run after a take. A burst of publishes is then one mailbox message, and one run
+    while their attributes and key match: `add` appends each ``publish`` to the run
+    before it, so the actor batches and settles the burst a run at a time. A publisher
     that finds the intake `full` waits for the take (`wait_for_room`).
 
     The actor's final stop `seal`s the intake: later adds are refused (the caller
@@ -93,8 +99,20 @@ class Intake:
 
     def add(self, run: Accepted) -> bool:
         """Append one run; True when the caller must tell the actor to drain."""
-        self._runs.append(run)
-        self._count += len(run[0])
+        datas, attributes, key, sink, _, sizes = run
+        if isinstance(sink, Future):  # one publish: gathered into a run of publishes
+            last = self._runs[-1] if self._runs else None
+            if last is not None and isinstance(last[3], list) and last[1] is attributes and (
+                last[2] == key
+            ):
+                last[0].append(datas[0])  # type: ignore[attr-defined]
+                last[3].append(sink)
+                last[5].append(sizes[0])  # type: ignore[attr-defined]
+            else:
+                self._runs.append(([datas[0]], attributes, key, [sink], 0, [sizes[0]]))
+        else:
+            self._runs.append(run)
+        self._count += len(datas)
         self.full = self._count >= MAX_QUEUED and not self.sealed
         if self._armed:
             return False

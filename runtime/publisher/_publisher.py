@@ -368,7 +368,7 @@ class Publisher:
             except BaseException as exc:
                 if done == 0:
                     raise
-                fail_slice(sink, count - done, exc)
+                fail_slice(sink, done, count - done, exc)
                 return
 
     def _wait_admitted(self, run: Accepted) -> None:

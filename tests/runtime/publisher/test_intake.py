@@ -11,26 +11,43 @@ from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
 from runtime.errors import PublishError
+from runtime.publisher._bulk import Bulk
 from runtime.publisher._flow_control import FlowControl
 from runtime.publisher._intake import MAX_QUEUED, Accepted, Intake
 from runtime.publisher._publisher import Publisher
 
 
-def test_intake_takes_messages_in_order_once() -> None:
+def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None:
     intake = Intake(threading.Lock())
-    futures: list[Future[str]] = [Future() for _ in range(4)]
-    items: list[Accepted] = [([b"x" * (n + 1)], {}, "k" if n else None, futures[n], 0, [n + 1])
-                             for n in range(4)]
-    for item in items:
-        intake.add(item)
+    shared: dict[str, str] = {}
+    futures: list[Future[str]] = [Future() for _ in range(5)]
+    keys = [None, "k", "k", "k", None]
+    for n, key in enumerate(keys):
+        intake.add(((b"x" * (n + 1),), shared, key, futures[n], 0, (n + 1,)))
 
-    assert intake.queued() == 4
+    assert intake.queued() == 5
     taken = intake.take()
-    intake.add(([b"late"], {}, None, Future(), 0, [4]))
+    intake.add(((b"late",), shared, None, Future(), 0, (4,)))
 
-    assert taken == items
-    assert [item[0] for item in intake.take()] == [[b"late"]]
+    assert taken == [
+        ([b"x"], shared, None, futures[:1], 0, [1]),
+        ([b"xx", b"xxx", b"xxxx"], shared, "k", futures[1:4], 0, [2, 3, 4]),
+        ([b"xxxxx"], shared, None, futures[4:], 0, [5]),
+    ]
+    assert [run[0] for run in intake.take()] == [[b"late"]]
     assert intake.queued() == 0 and intake.take() == []
+
+
+def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
+    intake = Intake(threading.Lock())
+    bulk = Bulk(2)
+    intake.add(((b"a",), {"n": "1"}, None, Future(), 0, (2,)))
+    intake.add(((b"b",), {"n": "1"}, None, Future(), 0, (2,)))  # an equal, other copy
+    intake.add(((b"c", b"d"), {}, None, bulk, 0, (1, 1)))
+
+    runs = intake.take()
+
+    assert [run[0] for run in runs] == [[b"a"], [b"b"], (b"c", b"d")] and runs[2][3] is bulk
 
 
 def test_a_sealed_intake_gives_what_it_held_and_says_so() -> None:
@@ -164,7 +181,7 @@ def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
     item: Accepted = ([b"x"], {}, None, Future(), 0, [1])
 
     assert [intake.add(item), intake.add(item), intake.add(item)] == [True, False, False]
-    assert len(intake.take()) == 3
+    assert len(intake.take()[0][0]) == 3  # one run of three
     assert intake.add(item) is True  # the drain cleared it: the next message rings again
 
 
