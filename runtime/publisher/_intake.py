@@ -100,16 +100,18 @@ class Intake:
     def add(self, run: Accepted) -> bool:
         """Append one run; True when the caller must tell the actor to drain."""
         datas, attributes, key, sink, _, sizes = run
-        if isinstance(sink, Future):  # one publish: gathered into a run of publishes
-            last = self._runs[-1] if self._runs else None
-            if last is not None and isinstance(last[3], list) and last[1] is attributes and (
-                last[2] == key
-            ):
+        last = self._runs[-1] if self._runs else None
+        if (
+            last is not None and isinstance(sink, Future) and not isinstance(last[3], Bulk)
+            and last[1] is attributes and last[2] == key
+        ):  # a publish like the one before: gathered into a run of publishes
+            if isinstance(last[3], list):
                 last[0].append(datas[0])  # type: ignore[attr-defined]
                 last[3].append(sink)
                 last[5].append(sizes[0])  # type: ignore[attr-defined]
             else:
-                self._runs.append(([datas[0]], attributes, key, [sink], 0, [sizes[0]]))
+                self._runs[-1] = ([last[0][0], datas[0]], attributes, key, [last[3], sink], 0,
+                                  [last[5][0], sizes[0]])
         else:
             self._runs.append(run)
         self._count += len(datas)

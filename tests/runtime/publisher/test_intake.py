@@ -29,12 +29,12 @@ def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None
     taken = intake.take()
     intake.add(((b"late",), shared, None, Future(), 0, (4,)))
 
-    assert taken == [
-        ([b"x"], shared, None, futures[:1], 0, [1]),
+    assert taken == [  # a lone publish stays as it came
+        ((b"x",), shared, None, futures[0], 0, (1,)),
         ([b"xx", b"xxx", b"xxxx"], shared, "k", futures[1:4], 0, [2, 3, 4]),
-        ([b"xxxxx"], shared, None, futures[4:], 0, [5]),
+        ((b"xxxxx",), shared, None, futures[4], 0, (5,)),
     ]
-    assert [run[0] for run in intake.take()] == [[b"late"]]
+    assert [run[0] for run in intake.take()] == [(b"late",)]
     assert intake.queued() == 0 and intake.take() == []
 
 
@@ -47,7 +47,7 @@ def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
 
     runs = intake.take()
 
-    assert [run[0] for run in runs] == [[b"a"], [b"b"], (b"c", b"d")] and runs[2][3] is bulk
+    assert [run[0] for run in runs] == [(b"a",), (b"b",), (b"c", b"d")] and runs[2][3] is bulk
 
 
 def test_a_sealed_intake_gives_what_it_held_and_says_so() -> None:
