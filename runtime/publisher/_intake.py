@@ -45,11 +45,16 @@ def resolve_slice(sink: Sink, first: int, ids: Sequence[str]) -> None:
     if isinstance(sink, Bulk):
         sink.resolve(first, ids)
         return
-    futures = sink[first:first + len(ids)] if isinstance(sink, list) else [sink]
-    for future, message_id in zip(futures, ids, strict=True):
+    if not isinstance(sink, list):  # a lone publish's future
+        try:
+            sink.set_result(ids[0])
+        except InvalidStateError:  # cancelled: nobody waits for the id
+            pass
+        return
+    for future, message_id in zip(sink[first:first + len(ids)], ids, strict=True):
         try:
             future.set_result(message_id)
-        except InvalidStateError:  # cancelled: nobody waits for the id
+        except InvalidStateError:
             pass
 
 
