@@ -7,7 +7,7 @@ x N and ``flush`` -- the Publisher path up to the topic's confirmation -- then w
 untimed, until everything is settled so the next round starts from an idle topic.
 Batching off means ``max_messages=1, max_bytes=1, max_latency=0``: every message is its
 own batch, with its own outcome (a local topic still gets up to 16 ready batches per
-mailbox message: `runtime.publisher._sending.RUN`). That side publishes a tenth as many
+mailbox message: `runtime.publisher._actor.RUN`). That side publishes a tenth as many
 messages per round (rates are compared, not times).
 
 The extra row ``batching/thread`` (no target) runs the same two Publishers into one

@@ -180,7 +180,11 @@ def _fitting(parts: list[Parts], start: int, chunk: int) -> int:
 def _publish_together(path: PublishPath, parts: list[Parts]) -> list[BatchOutcome]:
     """Publish batches as one run of messages; each gets its own ids, or, for the batch
     the topic stopped accepting in, the accepted prefix and the refusal, and the
-    refusal for every batch after it."""
+    refusal for every batch after it.
+
+    A refusal of the whole run before anything was accepted (one batch's message of
+    the wrong type) belongs to no batch in particular: each batch is then published
+    alone, so only the batches it really concerns fail."""
     keys: Sequence[str | None]
     if len(parts) == 1:
         datas, attributes, keys = parts[0]
@@ -199,6 +203,8 @@ def _publish_together(path: PublishPath, parts: list[Parts]) -> list[BatchOutcom
         ids, error = [], exc
     if error is None and len(parts) == 1:
         return [(ids, None)]
+    if error is not None and not ids and len(parts) > 1:
+        return [outcome for part in parts for outcome in _publish_together(path, [part])]
     return _outcomes(parts, ids, error)
 
 

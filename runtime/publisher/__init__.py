@@ -1,13 +1,15 @@
 """The batching `Publisher` (Google Pub/Sub style): batching, flow control, ordering keys.
 
-- ``_publisher``: the user's handle (``_submit``: the checks of calls ``publish()`` does
-  not take on sight, and its flow-control waits); ``_actor``: the Publisher actor behind it.
+- ``_publisher``: the user's handle (its checks and flow-control waits);
+  ``_actor``: the Publisher actor behind it (batching, sending, settling).
 - ``_batching``, ``_ticker``: batch thresholds and the one scheduler for ``max_latency``.
-- ``_flow_settings``, ``_flow_control``, ``_intake``: flow-control limits and the gate that
-  applies them.
+- ``_flow_settings``, ``_flow_control``: flow-control limits and the gate that applies them.
+- ``_intake``: accepted messages (one shape: a run of messages from one call) on their
+  way to the actor; ``_bulk``: the one future of a ``publish_many`` call.
 - ``_sequencer``: one batch in flight per ordering key; ``_flush``: flush and close.
-- ``_messages``, ``_validation``: message records and the checks done at ``publish()``
-  (publish futures are the core's ``MessageFuture``).
+- ``_messages``, ``_validation``: the actor's mailbox messages and the checks done at
+  ``publish()`` (each publish gets a new publish future, the core's ``MessageFuture``:
+  a `concurrent.futures.Future` that cannot be cancelled).
 
 Imports run one way: ``publisher`` -> ``core``.
 """

@@ -9,29 +9,31 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `Flush` does the same and answers once every batch closed so far has settled;
 - `Tick` comes from the ticker at the earliest batch deadline;
 - `RunDone` comes back from a local topic, once per run of batches sent together
-  (`SendRun`), and `BatchDone` from any other topic's future, once per batch;
+  (a run), and `BatchDone` from any other topic's future, once per batch;
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
-`_settle`: on confirmation, failure, a paused key or a stop. A future nobody can read
-any more is dropped when its message is drained (`drop_unreachable`): the collector
-would walk it until then.
+`_settle`: on confirmation, failure, a paused key or a stop. Each batch of a run is
+confirmed or failed on its own outcome. Each future is the one its ``publish``
+returned, never handed to another message.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core._future import fail_future, resolve_all
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
-from runtime.publisher._intake import Columns, Intake, uncounted
-from runtime.publisher._lanes import Lanes
+from runtime.publisher._intake import Accepted, Intake, fail_slice, resolve_slice
 from runtime.publisher._messages import (
     BatchDone,
     BatchTopic,
@@ -43,19 +45,25 @@ from runtime.publisher._messages import (
     SetOptions,
     Tick,
 )
-from runtime.publisher._sending import SEND_WINDOW, Sending
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
-from runtime.publisher._unreachable import drop_unreachable
 
-__all__ = ["SEND_WINDOW", "PublisherActor"]
+__all__ = ["RUN", "SEND_WINDOW", "PublisherActor"]
+
+# Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here;
+# without a window a fast publisher parks its whole backlog in the topic's mailbox.
+SEND_WINDOW = 32
+# Batches sent to a local topic in one mailbox message at most; the topic reports each
+# batch's outcome on its own, so a run saves mail, never merges fates.
+RUN = 16
 
 
-class PublisherActor(Sending, Actor):
+class PublisherActor(Actor):
     """Batches messages per lane, sends them to ``topic``, settles their futures.
 
     Args:
-        topic: anything with ``name`` and ``_publish_batch``.
+        topic: anything with ``name`` and ``_publish_batch`` (a local topic also has
+            ``_publish_run``).
         gate: the flow-control gate shared with the handle; released here.
         intake: where the handle leaves admitted messages for `Drain`.
         batching: the initial thresholds.
@@ -76,7 +84,7 @@ class PublisherActor(Sending, Actor):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
-        self._init_sending(topic)
+        self._topic = topic
         self._gate = gate
         self._intake = intake
         self._ordering = message_ordering
@@ -84,9 +92,12 @@ class PublisherActor(Sending, Actor):
         self._clock = clock
         self._batcher = Batcher(batching, clock=clock)
         self._sequencer = KeySequencer()
-        self._lanes = Lanes(self._batcher, self._sequencer, gate)
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        self._releasing: list[int] | None = None  # a run's (messages, bytes), released at its end
+        # Sent: the topic's future, or the run the batch went in.
+        self._in_flight: dict[int, Future[Sequence[str]] | list[int]] = {}
+        self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
+        self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
+        self._unkeyed_in_flight = 0
         self._barriers = FlushBarriers()
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
@@ -94,7 +105,7 @@ class PublisherActor(Sending, Actor):
 
     def on_start(self) -> None:
         self._self_ref = ref = self.ref
-        self._ticker = Ticker(lambda: ref.tell(_TICK), clock=self._clock,
+        self._ticker = Ticker(partial(ref.tell, _TICK), clock=self._clock,
                               name=f"{ref.name}-ticker")
         self._ticker.start()
 
@@ -105,13 +116,13 @@ class PublisherActor(Sending, Actor):
         self._abandon(PublishError("Publisher failed internally", 13), final=False)
 
     def on_receive(self, message: Any) -> Any:
-        if message.__class__ is Drain:
+        if isinstance(message, Drain):
             self._drain()
-        elif message.__class__ is RunDone:
+        elif isinstance(message, RunDone):
             self._run_done(message)
-        elif message.__class__ is BatchDone:
+        elif isinstance(message, BatchDone):
             self._batch_done(message)
-        elif message.__class__ is Tick:
+        elif isinstance(message, Tick):
             self._tick()
         elif isinstance(message, SendNow):
             self._relieve()
@@ -130,28 +141,33 @@ class PublisherActor(Sending, Actor):
             self._send_outbox()
         return None
 
+    # Batching.
+
     def _drain(self) -> None:
-        datas, attributes, keys, futures, sizes, _ = self._take(seal=False)
-        if not futures:
+        """Add what the intake holds to the open batches of its lanes, in publish order
+        per lane; a paused key's messages fail here."""
+        with self._gate.lock:
+            runs = self._intake.take()
+        if not runs:
             return
-        intake = self._intake
-        kept = drop_unreachable(
-            futures, intake.spares, intake.spare_room(len(futures)), intake.since)
-        for batch in self._lanes.add(datas, attributes, keys, kept, sizes,
-                                     ordering=self._ordering):
-            self._close(batch)
+        if not self._ordering:
+            lanes: dict[str | None, list[Accepted]] = {None: runs}
+        else:
+            lanes = {}
+            for run in runs:
+                lanes.setdefault(run[2], []).append(run)
+        for key, lane in lanes.items():
+            if key is not None and self._sequencer.is_paused(key):
+                self._refuse(key, lane)
+                continue
+            for batch in self._batcher.add(key, lane):
+                self._close(batch)
         if self._tick_at is None:
             self._arm()
 
-    def _take(self, *, seal: bool) -> Columns:
-        """The intake's messages, each counted by the gate from here on (`_settle` and
-        `_abandon` release them)."""
-        gate, intake = self._gate, self._intake
-        with gate.lock:
-            columns = intake.seal() if seal else intake.take()
-            if columns[3]:
-                gate.count_in(*uncounted(columns[4], columns[5]))
-        return columns
+    def _refuse(self, key: str, lane: list[Accepted]) -> None:
+        """Fail a paused key's messages and release their capacity."""
+        _fail_runs(self._gate, lane, OrderingKeyPausedError(key))
 
     def _arm(self) -> None:
         """Ask the ticker for the earliest open batch's deadline, if it is earlier."""
@@ -183,13 +199,101 @@ class PublisherActor(Sending, Actor):
         """A batch is complete: track it and send it unless its key has one in flight,
         or (unkeyed) `SEND_WINDOW` batches are in flight already."""
         self._outstanding[batch.id] = batch
-        ready = self._sequencer.submit(batch)
+        ready = batch if batch.key is None else self._sequencer.submit(batch)
         if ready is None:
             return
         if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
-            self._held.append(ready)  # kept as parts: a backlog costs the GC little here
+            self._held.append(ready)
             return
         self._send(ready)
+
+    def _set_options(self, options: SetOptions) -> None:
+        self._ordering = options.message_ordering
+        for batch in self._batcher.update(options.batching):
+            self._close(batch)
+        self._arm()
+
+    # Sending.
+
+    def _send(self, batch: Batch) -> None:
+        """Count ``batch`` as in flight; it leaves with the others made ready by the
+        same mail (`_send_outbox`)."""
+        if batch.key is None:
+            self._unkeyed_in_flight += 1
+        self._outbox.append(batch)
+
+    def _send_outbox(self) -> None:
+        """Send the ready batches: the Publisher's one call into the topic.
+
+        A local topic takes runs of up to `RUN` batches, one mailbox message and one
+        reply (`RunDone`, an outcome per batch) each; any other topic takes each batch
+        as `Message` objects and answers with a future (`BatchDone`).
+        """
+        batches, self._outbox = self._outbox, []
+        ref = self._self_ref
+        assert ref is not None
+        publish_run = getattr(self._topic, "_publish_run", None)
+        if publish_run is None:
+            for batch in batches:
+                try:
+                    result = self._topic._publish_batch(batch.messages)
+                except Exception as exc:  # a topic should fail the future; tolerate a raise
+                    result = Future()
+                    result.set_exception(exc)
+                self._in_flight[batch.id] = result
+                result.add_done_callback(partial(_tell_done, ref, batch.id))
+            return
+        for start in range(0, len(batches), RUN):
+            run = batches[start:start + RUN]
+            sent = list(map(_ID, run))  # a new list per run: its identity marks the reply
+            for batch in run:
+                self._in_flight[batch.id] = sent
+            parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
+            try:
+                publish_run(parts, partial(_tell_run_done, ref, sent))
+            except Exception as exc:  # a topic should reply with the failure; tolerate a raise
+                _tell_run_done(ref, sent, [(None, exc)] * len(parts))
+
+    def _batch_done(self, done: BatchDone) -> None:
+        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
+        if self._in_flight.get(done.batch_id) is not done.result:
+            return
+        self._finish(done.batch_id, *done.outcome(len(self._outstanding[done.batch_id])))
+        if self._gate.congested:
+            self._relieve()
+
+    def _run_done(self, done: RunDone) -> None:
+        """Finish a run's batches, each on its own outcome."""
+        for batch_id, (ids, error) in zip(done.run, done.outcomes, strict=True):
+            if self._in_flight.get(batch_id) is not done.run:  # as in `_batch_done`
+                continue
+            count = len(self._outstanding[batch_id].datas)
+            if error is None and ids is not None and len(ids) != count:
+                error = PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
+                ids = None
+            self._finish(batch_id, ids, error)
+        if self._gate.congested:
+            self._relieve()
+
+    def _finish(self, batch_id: int, ids: Sequence[str] | None, error: BaseException | None) -> None:
+        """A sent batch is confirmed (``ids``) or failed: settle it, send what it held back."""
+        del self._in_flight[batch_id]
+        batch = self._outstanding[batch_id]
+        self._settle(batch, ids, error)
+        key = batch.key
+        if key is None:
+            self._unkeyed_in_flight -= 1
+            if self._held:
+                self._send(self._held.popleft())
+            return
+        if error is None:
+            following = self._sequencer.complete(key)
+            if following is not None:
+                self._send(following)
+        else:
+            self._pause(key)
+
+    # Settling.
 
     def _pause(self, key: str) -> None:
         """Fail everything waiting on ``key`` and refuse it until resumed."""
@@ -209,42 +313,33 @@ class PublisherActor(Sending, Actor):
         With both ``ids`` and ``error`` the topic accepted only the first ``len(ids)``
         messages: those futures resolve, the rest (never published) fail.
         """
-        futures = batch.futures
-        if ids is not None:
-            resolve_all(futures if error is None else futures[:len(ids)], ids)
-        if error is not None:
-            for future in futures if ids is None else futures[len(ids):]:
-                fail_future(future, error)
-        held = self._releasing
-        if held is None:
-            self._gate.release(len(batch), batch.size)
-        else:
-            held[0] += len(batch)
-            held[1] += batch.size
-        if self._outstanding.pop(batch.id, None) is not None and self._barriers:
+        confirmed = 0 if ids is None else len(ids)
+        start = 0
+        for sink, first, count in batch.slices:
+            if start + count <= confirmed:
+                resolve_slice(sink, first, ids[start:start + count])  # type: ignore[index]
+            elif start < confirmed:  # cut by the partial confirmation
+                resolve_slice(sink, first, ids[start:confirmed])  # type: ignore[index]
+                fail_slice(sink, first + confirmed - start, start + count - confirmed,
+                           _given(error))
+            else:
+                fail_slice(sink, first, count, _given(error))
+            start += count
+        self._gate.release(len(batch.datas), batch.size)
+        if self._outstanding.pop(batch.id, None) is not None and self._barriers.waiting:
             self._barriers.settled(batch.id)
-
-    def _set_options(self, options: SetOptions) -> None:
-        self._ordering = options.message_ordering
-        for batch in self._batcher.update(options.batching):
-            self._close(batch)
-        self._arm()
 
     def _abandon(self, error: PublishError, *, final: bool) -> None:
         """Stop the ticker; fail and release everything not yet settled; wake flushes.
 
-        ``final`` (the last stop) seals the intake (whoever appends later fails it) and
-        lets its spare futures go.
+        ``final`` (the last stop) seals the intake: later publishes are refused.
         """
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
-        _, _, _, futures, sizes, _ = self._take(seal=final)
-        if final:
-            self._intake.spares.clear()
-        for future in futures:  # admitted but never batched: they fail too
-            fail_future(future, error)
-        self._gate.release(len(sizes), sum(sizes))
+        with self._gate.lock:
+            runs = self._intake.seal() if final else self._intake.take()
+        _fail_runs(self._gate, runs, error)  # admitted, never batched
         self._sequencer.drain()
         self._in_flight.clear()
         self._held.clear()  # still in _outstanding: settled below
@@ -254,4 +349,27 @@ class PublisherActor(Sending, Actor):
         self._barriers.release_all()
 
 
+def _fail_runs(gate: FlowGate, runs: list[Accepted], error: BaseException) -> None:
+    """Fail runs never batched and release their capacity."""
+    for _, _, _, sink, first, sizes in runs:
+        fail_slice(sink, first, len(sizes), error)
+    gate.release(sum(len(run[5]) for run in runs), sum(sum(run[5]) for run in runs))
+
+
+def _given(error: BaseException | None) -> BaseException:
+    assert error is not None  # messages go unconfirmed only with a failure
+    return error
+
+
+def _tell_done(ref: Ref, batch_id: int, result: Future[Sequence[str]]) -> None:
+    ref.tell(BatchDone(batch_id=batch_id, result=result))
+
+
+def _tell_run_done(
+    ref: Ref, run: list[int], outcomes: list[tuple[Sequence[str] | None, BaseException | None]],
+) -> None:
+    ref.tell(RunDone(run=run, outcomes=outcomes))
+
+
 _TICK = Tick()
+_ID = attrgetter("id")

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.core._message import Message, new_message
 from runtime.errors import PublishError
+from runtime.publisher._intake import Accepted, Slice
 
-__all__ = ["Batch", "BatchSettings", "Batcher", "Parts"]
-
-# One message on its way into a batch: data, attributes, ordering key, future, size.
-Parts = tuple[bytes, "dict[str, str]", "str | None", "Future[str] | None", int]
-
+__all__ = ["Batch", "BatchSettings", "Batcher"]
 
 def _invalid(setting: str, detail: str, value: object) -> PublishError:
     return PublishError(f"Invalid batch setting {setting}: {detail}, got {value!r}", 3)
@@ -45,7 +41,7 @@ class BatchSettings:
         max_messages: a batch goes out when it holds this many messages (>= 1).
         max_bytes: a batch goes out when its ``Message.size`` total reaches this (>= 1).
         max_latency: a batch goes out at most this many seconds after its first
-            message (>= 0; 0 sends every message at once).
+            message (finite, >= 0; 0 sends every message at once).
 
     Raises:
         PublishError: code 3 when a value is out of range.
@@ -63,27 +59,27 @@ class BatchSettings:
         latency = self.max_latency
         if (
             isinstance(latency, bool) or not isinstance(latency, int | float)
-            or math.isnan(latency) or latency < 0
+            or not math.isfinite(latency) or latency < 0
         ):
-            raise _invalid("max_latency", "must be a number >= 0", latency)
+            raise _invalid("max_latency", "must be a finite number >= 0", latency)
 
 
 class Batch:
-    """Messages of one lane that go to the topic together, with their futures.
+    """Messages of one lane that go to the topic together, with where their ids go.
 
-    The messages are kept as their parts (data, attributes, ordering key) in parallel
-    lists, and `messages` builds the `Message` objects when the batch is sent: a
-    backlog of parts holds nothing the garbage collector has to rescan.
+    The messages are kept as parallel lists (data, attributes, ordering key), the form
+    the topic takes a batch in; `messages` builds `Message` objects for a topic that
+    takes those instead. Their ids go to the `Slice` of each run the batch holds.
 
     Attributes:
         id: unique per Batcher, increasing in creation order.
         key: the lane: an ordering key, or None.
         created_at: the clock reading when the first message arrived.
-        futures: one future per message, in publish order.
+        slices: where the messages' ids go, in publish order.
         size: the sum of the messages' sizes.
     """
 
-    __slots__ = ("attributes", "created_at", "datas", "futures", "id", "key", "keys", "size")
+    __slots__ = ("attributes", "created_at", "datas", "id", "key", "keys", "size", "slices")
 
     def __init__(self, *, id: int, key: str | None, created_at: float) -> None:
         self.id = id
@@ -92,7 +88,7 @@ class Batch:
         self.datas: list[bytes] = []
         self.attributes: list[dict[str, str]] = []
         self.keys: list[str | None] = []
-        self.futures: list[Future[str] | None] = []
+        self.slices: list[Slice] = []
         self.size = 0
 
     @property
@@ -100,28 +96,18 @@ class Batch:
         """The messages, in publish order (built on each call: read it once, to send)."""
         return list(map(new_message, self.datas, self.attributes, self.keys))
 
-    def extend(
-        self, part: slice, size: int, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str] | None],
-    ) -> None:
-        """Append ``part`` of the parallel lists (``size`` bytes in all). An empty batch
-        keeps the lists given whole (a lane's picked columns), else the slices: no copy
-        of them into lists of its own."""
-        if not self.futures:
-            whole = part.start == 0 and part.stop == len(futures)
-            self.datas, self.attributes, self.keys, self.futures = (
-                (datas, attributes, keys, futures) if whole
-                else (datas[part], attributes[part], keys[part], futures[part]))
-            self.size = size
-            return
-        self.datas += datas[part]
-        self.attributes += attributes[part]
-        self.keys += keys[part]
-        self.futures += futures[part]
+    def extend(self, run: Accepted, start: int, end: int, size: int) -> None:
+        """Append messages ``start`` to ``end - 1`` of ``run`` (``size`` bytes in all)."""
+        datas, attributes, key, sink, first, _ = run
+        count = end - start
+        self.datas += datas if count == len(datas) else datas[start:end]
+        self.attributes += (attributes,) * count
+        self.keys += (key,) * count
+        self.slices.append((sink, first + start, count))
         self.size += size
 
     def __len__(self) -> int:
-        return len(self.futures)
+        return len(self.datas)
 
     def __repr__(self) -> str:
         return f"Batch(id={self.id}, key={self.key!r}, messages={len(self)}, size={self.size})"
@@ -160,67 +146,33 @@ class Batcher:
         """The messages waiting in open batches."""
         return sum(len(batch) for batch in self._open.values())
 
-    def add_many(self, key: str | None, items: Iterable[Parts]) -> list[Batch]:
-        """Add messages, in order, to one lane; return the batches they closed, in order.
-
-        One call per burst keeps the per-message work to a few list operations.
-        """
+    def add(self, key: str | None, runs: list[Accepted]) -> list[Batch]:
+        """Add runs of messages, in order, to one lane; return the batches they closed,
+        in order."""
         settings = self._settings
-        max_messages, max_bytes = settings.max_messages, settings.max_bytes
-        at_once = settings.max_latency <= 0
-        closed: list[Batch] = []
-        batch = self._open.get(key)
-        for data, attributes, ordering_key, future, size in items:
-            if batch is not None and batch.size + size > max_bytes:
-                del self._open[key]  # the message would overflow it: send it first
-                closed.append(batch)
-                batch = None
-            if batch is None:
-                batch = self._open[key] = self._new(key)
-            batch.datas.append(data)
-            batch.attributes.append(attributes)
-            batch.keys.append(ordering_key)
-            batch.futures.append(future)
-            batch.size += size
-            if len(batch.futures) >= max_messages or batch.size >= max_bytes or at_once:
-                del self._open[key]
-                closed.append(batch)
-                batch = None
-        return closed
-
-    def add_columns(
-        self, key: str | None, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None], futures: list[Future[str] | None], sizes: list[int],
-    ) -> list[Batch]:
-        """`add_many` for messages given as parallel lists, one lane: a slice per batch.
-
-        The thresholds are checked per batch (a message count and one ``sum`` of sizes),
-        and per message only where ``max_bytes`` cuts a batch short. The lists become the
-        batches' (`Batch.extend`): the caller must not change them afterwards.
-        """
-        settings = self._settings
-        max_bytes = settings.max_bytes
         per_batch = 1 if settings.max_latency <= 0 else settings.max_messages
+        max_bytes = settings.max_bytes
         closed: list[Batch] = []
         batch = self._open.get(key)
-        start, count = 0, len(futures)
-        while start < count:
-            if batch is None:
-                batch = self._open[key] = self._new(key)
-            cut = _next_slice(sizes, start, min(count, start + per_batch - len(batch.futures)),
-                              max_bytes - batch.size, not batch.futures)
-            if cut is None:  # the next one overflows: send first
-                del self._open[key]
-                closed.append(batch)
-                batch = None
-                continue
-            end, added = cut
-            batch.extend(slice(start, end), added, datas, attributes, keys, futures)
-            start = end
-            if len(batch.futures) >= per_batch or batch.size >= max_bytes:
-                del self._open[key]
-                closed.append(batch)
-                batch = None
+        for run in runs:
+            sizes = run[5]
+            start, count = 0, len(sizes)
+            while start < count:
+                if batch is None:
+                    batch = self._open[key] = self._new(key)
+                end = min(count, start + per_batch - len(batch.datas))
+                size = sum(sizes) if end - start == count else sum(sizes[start:end])
+                if size >= max_bytes - batch.size:  # a byte threshold falls in the slice
+                    end, size = _fit(sizes, start, end, max_bytes - batch.size,
+                                     empty=not batch.datas)
+                took = end > start
+                if took:
+                    batch.extend(run, start, end, size)
+                    start = end
+                if not took or len(batch.datas) >= per_batch or batch.size >= max_bytes:
+                    del self._open[key]  # full, or the next message would overflow it
+                    closed.append(batch)
+                    batch = None
         return closed
 
     def due(self) -> list[Batch]:
@@ -269,30 +221,16 @@ class Batcher:
         return Batch(id=self._last_id, key=key, created_at=self._clock())
 
 
-def _next_slice(sizes: list[int], start: int, end: int, room: int, empty: bool) -> tuple[int, int] | None:
-    """(end, bytes) of what a batch with ``room`` bytes left takes from ``start`` (`_fit`);
-    None: send a non-``empty`` batch first; a lone oversized message goes alone."""
-    added = sum(sizes[start:end])
-    if added < room:
-        return end, added
-    end, added = _fit(sizes, start, end, room)
-    if end > start:
-        return end, added
-    return (start + 1, sizes[start]) if empty else None
-
-
-def _fit(sizes: list[int], start: int, end: int, room: int) -> tuple[int, int]:
-    """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``): before
-    the first message that would overflow it, or after the one that fills it exactly.
-
-    Returns that index and the sizes' sum up to it.
-    """
+def _fit(sizes: Sequence[int], start: int, end: int, room: int, *, empty: bool) -> tuple[int, int]:
+    """Where a batch with ``room`` bytes left ends, from ``start`` (at most ``end``), and
+    the bytes it takes: before the first message that would overflow it, or after the
+    one that fills it exactly. An ``empty`` batch takes a lone oversized message."""
     total = 0
     for index in range(start, end):
         size = sizes[index]
-        if total + size > room:
+        if total + size > room and not (empty and index == start):
             return index, total
         total += size
-        if total == room:
+        if total >= room:
             return index + 1, total
     return end, total

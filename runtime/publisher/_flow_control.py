@@ -12,8 +12,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from itertools import repeat
+from collections.abc import Callable, Sequence
 
 from runtime.errors import FlowControlError
 from runtime.publisher._flow_settings import FlowControl
@@ -22,8 +21,6 @@ __all__ = ["FlowControl", "FlowGate"]
 
 _MESSAGES_EXCEEDED = "Flow control: max outstanding messages exceeded"
 _BYTES_EXCEEDED = "Flow control: max outstanding bytes exceeded"
-# Most credits `FlowGate.credits` holds at once (each is one list slot).
-CREDITS = 1024
 
 
 class _Waiter:
@@ -40,21 +37,11 @@ class _Waiter:
 class FlowGate:
     """Thread-safe counter of outstanding messages and bytes with FIFO waiters.
 
-    Callers admit a message before they enqueue it — `admit_now` on the fast path (with
-    `lock` held, so the enqueue can happen under the same lock) or `acquire`, which may
-    block — and whoever settles it calls `release` exactly once. Blocked callers are
-    admitted strictly in arrival order: a newcomer never overtakes a waiter.
-
-    While `free` (no limit in force, not closed) admission cannot fail, so callers may
-    skip it and have the message counted later, with `count_in`.
-
-    Under a message limit alone, the gate keeps part of its room as `credits`: a list of
-    tokens, each already counted as an outstanding message. A publisher that pops one
-    (one C call, which no other thread interleaves under the GIL) is admitted without
-    the lock, and its bytes are counted later, with `count_in`. The lock took ~0.3 µs
-    per publish. Credits exist only while nobody waits (a waiter finds none, and none
-    are made until the last waiter is admitted), so a newcomer still never overtakes a
-    waiter; `close` and `update` take them back.
+    Callers admit every message before they enqueue it — `admit_now` (with `lock`
+    held, so the enqueue happens under the same lock) or, when that refuses, `acquire`,
+    which may block — and whoever settles it calls `release` exactly once. Blocked
+    callers are admitted strictly in arrival order: a newcomer never overtakes a waiter.
+    With no limit in force every message is still counted: `outstanding` is exact.
 
     Args:
         settings: the limits and the behaviour when they are exceeded.
@@ -70,8 +57,6 @@ class FlowGate:
         self._bytes = 0
         self._waiters: deque[_Waiter] = deque()
         self._closed: Callable[[], BaseException] | None = None
-        self.free = False  # a plain attribute: read without the lock on every publish
-        self.credits: list[bool] = []  # popped without the lock; see the class docstring
         self._apply(settings)
 
     @property
@@ -81,8 +66,8 @@ class FlowGate:
             return self.outstanding_locked()
 
     def outstanding_locked(self) -> tuple[int, int]:
-        """`outstanding` for a caller that holds `lock` (credits not yet taken are not)."""
-        return self._messages - len(self.credits), self._bytes
+        """`outstanding` for a caller that holds `lock`."""
+        return self._messages, self._bytes
 
     @property
     def congested(self) -> bool:
@@ -100,27 +85,35 @@ class FlowGate:
         """True once `close` was called."""
         return self._closed is not None
 
-    def admit_now(self, size: int) -> bool:
-        """Admit a message if it fits with nobody waiting; the caller holds `lock`.
+    def admit_now(self, sizes: Sequence[int], start: int, end: int) -> int:
+        """Admit messages ``start`` to ``end - 1`` of ``sizes``, in order, while they fit
+        with nobody waiting; the caller holds `lock`.
 
-        Returns False when the caller must go through `acquire` instead.
+        Returns where admission stopped (``end`` when all were admitted); the message
+        there must go through `acquire` instead.
 
         Raises:
             BaseException: the error `close` was given, once the gate is closed.
         """
         if self._closed is not None:
             raise self._closed()
-        if self.credits and _took(self.credits):
-            self._bytes += size
-            return True
-        if self._waiters or self._messages >= self._max_messages or (
-            self._bytes + size > self._max_bytes
-        ):
-            return False
-        self._messages += 1
-        self._bytes += size
-        self._refill()
-        return True
+        if self._waiters:
+            return start
+        count, nbytes = end - start, sum(sizes[start:end])
+        if self._messages + count <= self._max_messages and (
+            self._bytes + nbytes <= self._max_bytes
+        ):  # all of them: the usual case, and always without limits
+            self._messages += count
+            self._bytes += nbytes
+            return end
+        for index in range(start, end):  # one by one, up to the first that does not fit
+            if self._messages >= self._max_messages or (
+                self._bytes + sizes[index] > self._max_bytes
+            ):
+                return index
+            self._messages += 1
+            self._bytes += sizes[index]
+        return end
 
     def acquire(self, size: int, *, on_block: Callable[[], None] | None = None) -> bool:
         """Admit one message of ``size`` bytes, blocking under the ``"block"`` behaviour.
@@ -138,7 +131,7 @@ class FlowGate:
             BaseException: the error `close` was given, once the gate is closed.
         """
         with self.lock:
-            if self.admit_now(size):
+            if self.admit_now((size,), 0, 1):
                 return False
             settings = self._settings
             if _too_big(size, settings):
@@ -152,55 +145,46 @@ class FlowGate:
         self._wait(waiter, settings.block_timeout)
         return True
 
-    def count_in(self, messages: int, nbytes: int) -> None:
-        """Count messages enqueued without admission while `free`, and the bytes of those
-        admitted by a credit; the caller holds `lock`.
-
-        Never refuses: the limits may have come in force since, and are then exceeded
-        until these are released.
-        """
-        self._messages += messages
-        self._bytes += nbytes
-
     def release(self, messages: int, nbytes: int) -> None:
         """Return the capacity of ``messages`` settled messages of ``nbytes`` in all.
 
         Never blocks. Admits waiters from the head of the queue while they fit.
         """
-        with self.lock:
-            self.release_locked(messages, nbytes)
+        with self.lock:  # the body of `release_locked`: one call on the actor's path
+            if messages > self._messages or nbytes > self._bytes:
+                raise self._over_released(messages, nbytes)
+            self._messages -= messages
+            self._bytes -= nbytes
+            if self._waiters:
+                self._admit_waiters()
 
     def release_locked(self, messages: int, nbytes: int) -> None:
         """`release` for a caller that holds `lock`."""
-        if messages > self._messages - len(self.credits) or nbytes > self._bytes:
-            raise RuntimeError(
-                f"flow control released more than outstanding: {messages}/{nbytes} > "
-                f"{self.outstanding_locked()}"
-            )
+        if messages > self._messages or nbytes > self._bytes:
+            raise self._over_released(messages, nbytes)
         self._messages -= messages
         self._bytes -= nbytes
         if self._waiters:
             self._admit_waiters()
-        self._refill()
+
+    def _over_released(self, messages: int, nbytes: int) -> RuntimeError:
+        return RuntimeError(f"flow control released more than outstanding: {messages}/{nbytes} "
+                            f"> {self.outstanding_locked()}")
 
     def update(self, settings: FlowControl) -> None:
         """Apply new limits: wake waiters that now fit, fail those that never can."""
         with self.lock:
-            self._take_back()
             self._apply(settings)
             for waiter in list(self._waiters):
                 if _too_big(waiter.size, settings):
                     self._waiters.remove(waiter)
                     self._wake(waiter, FlowControlError(_BYTES_EXCEEDED))
             self._admit_waiters()
-            self._refill()
 
     def close(self, error: Callable[[], BaseException]) -> None:
         """Refuse every later admission with ``error()`` and wake blocked ones with it."""
         with self.lock:
             self._closed = error
-            self.free = False
-            self._take_back()
             while self._waiters:
                 self._wake(self._waiters.popleft(), error())
 
@@ -213,24 +197,6 @@ class FlowGate:
         # Plain integers keep the fast path free of None and mode checks.
         self._max_messages = unlimited if ignore or max_messages is None else max_messages
         self._max_bytes = unlimited if ignore or max_bytes is None else max_bytes
-        self.free = self._closed is None and self._max_messages == self._max_bytes == unlimited
-        # Credits only under a message limit alone: a credit cannot know its bytes.
-        self._credited = not self.free and self._max_bytes == unlimited
-
-    def _refill(self) -> None:
-        """Turn free room into credits (up to `CREDITS`) while nobody waits."""
-        if not self._credited or self._waiters or self._closed is not None:
-            return
-        count = min(self._max_messages - self._messages, CREDITS - len(self.credits))
-        if count > 0:
-            self._messages += count
-            self.credits.extend(repeat(True, count))  # whole: no bytecode runs inside
-
-    def _take_back(self) -> None:
-        """Uncount the credits nobody took; each pop is exact against racing publishers."""
-        credits = self.credits
-        while credits and _took(credits):
-            self._messages -= 1
 
     def _wait(self, waiter: _Waiter, timeout: float | None) -> None:
         deadline = None if timeout is None else self._clock() + timeout
@@ -275,14 +241,6 @@ class FlowGate:
     def _wake(waiter: _Waiter, error: BaseException) -> None:
         waiter.error = error
         waiter.event.set()
-
-
-def _took(credits: list[bool]) -> bool:
-    """Pop a credit; False when another thread took the last one since it was seen."""
-    try:
-        return credits.pop()
-    except IndexError:
-        return False
 
 
 def _slice(deadline: float | None, clock: Callable[[], float]) -> float:

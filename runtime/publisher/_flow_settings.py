@@ -37,8 +37,8 @@ class FlowControl:
             accepted but not yet confirmed.
         limit_exceeded: ``"block"`` waits first-come first-served, ``"error"`` raises
             `FlowControlError` at once, ``"ignore"`` never limits.
-        block_timeout: None (wait as long as it takes) or the seconds a blocked
-            publish waits before it raises `FlowControlError`.
+        block_timeout: None (wait as long as it takes) or the seconds (finite, >= 0)
+            a blocked publish waits before it raises `FlowControlError`.
 
     Raises:
         PublishError: code 3 when a value is out of range.
@@ -58,9 +58,9 @@ class FlowControl:
         timeout = self.block_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float)
-            or math.isnan(timeout) or timeout < 0
+            or not math.isfinite(timeout) or timeout < 0
         ):
-            raise _invalid("block_timeout", "must be None or a number >= 0", timeout)
+            raise _invalid("block_timeout", "must be None or a finite number >= 0", timeout)
 
     @property
     def limited(self) -> bool:

@@ -29,38 +29,35 @@ class FlushBarriers:
     closed later (a concurrent publisher) never keep it waiting.
     """
 
-    __slots__ = ("_waiting",)
+    __slots__ = ("waiting",)
 
     def __init__(self) -> None:
-        self._waiting: list[_Barrier] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._waiting)
+        self.waiting: list[_Barrier] = []  # read-only outside: empty while none waits
 
     def add(self, done: Future[None], *, last_id: int, outstanding: int) -> None:
         """Resolve ``done`` once the ``outstanding`` batches with ids <= ``last_id`` settle."""
         if outstanding == 0:
             _resolve(done)
             return
-        self._waiting.append(_Barrier(last_id=last_id, remaining=outstanding, done=done))
+        self.waiting.append(_Barrier(last_id=last_id, remaining=outstanding, done=done))
 
     def settled(self, batch_id: int) -> None:
         """Batch ``batch_id`` settled: count it down; resolve the flushes it completes."""
         waiting = []
-        for barrier in self._waiting:
+        for barrier in self.waiting:
             if batch_id <= barrier.last_id:
                 barrier.remaining -= 1
             if barrier.remaining > 0:
                 waiting.append(barrier)
             else:
                 _resolve(barrier.done)
-        self._waiting = waiting
+        self.waiting = waiting
 
     def release_all(self) -> None:
         """Resolve every pending flush (the Publisher is going away)."""
-        for barrier in self._waiting:
+        for barrier in self.waiting:
             _resolve(barrier.done)
-        self._waiting = []
+        self.waiting = []
 
 
 def _resolve(done: Future[None]) -> None:

@@ -1,164 +1,147 @@
-"""Admitted messages on their way from `Publisher.publish` to the Publisher actor."""
+"""Accepted messages on their way from `Publisher.publish` to the Publisher actor.
+
+A message is accepted in a run of messages from one call: one for ``publish``, all of
+them for ``publish_many``. The run is the one shape of accepted messages in the
+Publisher (`Accepted`), from the call through the intake into batches, which keep the
+slice of it they hold (`Slice`): no object per message but its data.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from itertools import compress
-from typing import Any
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, InvalidStateError
 
-from runtime.core._future import MessageFuture, fail_future, touch_mark
-from runtime.publisher._flow_control import FlowGate
+from runtime.publisher._bulk import Bulk
 
-__all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "uncounted"]
+__all__ = ["MAX_QUEUED", "Accepted", "Intake", "Sink", "Slice", "fail_slice", "resolve_slice"]
 
-# A message is six consecutive items of `Intake.rows`: data, attributes, ordering key,
-# future, size, counted. ``counted`` is True when the flow-control gate counted the
-# message at publish (limits in force), False when nothing limits the Publisher and the
-# actor counts it when it takes the message, and None when a credit admitted it (the gate
-# counted the message, the actor counts its bytes).
-WIDTH = 6
-# Spare futures an intake keeps: twice its recent peak drain and 1,024 more, at most
-# 65,536 (~9 MiB). A fast publisher added tens of thousands between two drains (each
-# waited for the interpreter's switch interval, before `YIELD_EVERY`), more or fewer from
-# one drain to the next; every full collection walks the spares. The peak is the largest
-# drain, less an eighth of it per drain since: a burst's spares outlast the small drains
-# that end it (trimmed to twice the last drain, ~10% of a benchmark's publishes built a
-# new future, and each new one is young work for the collector), and the room halves
-# about every five drains of little after it.
-SPARES = 65_536
-SPARES_FLOOR = 1_024
-# A publisher that finds this many messages (and each multiple of it) waiting for the
-# actor releases the GIL for a moment (``time.sleep(0)``). A publish loop otherwise
-# holds it until the interpreter's switch interval (5 ms) forces a switch, and each
-# thread downstream (the Publisher actor, the topic, the group, the reader of worker
-# replies) waits up to that long for its turn: in ``pipeline_pool`` the first hand-over
-# reached a worker 19-69 ms into a 174-206 ms round of 100,000 publishes, and each
-# worker had nothing in flight for 15-45% of the round. The threads now run while the
-# publisher goes on (a yield every 256 or 512 messages did worse than every 1,024).
-YIELD_EVERY = 1_024
-YIELD_ROWS = YIELD_EVERY * WIDTH
-Row = tuple[bytes, dict[str, str], "str | None", "MessageFuture[str]", int, "bool | None"]
-Columns = tuple[
-    list[bytes], list[dict[str, str]], list["str | None"], list["MessageFuture[str]"], list[int],
-    list["bool | None"],
-]
+# The most messages the intake holds for the actor: a publisher that finds it full waits
+# until the actor takes them (flow control between the two threads). It trades how far
+# a publisher runs ahead (every waiting message is more work for each garbage
+# collection, and the actor's batches leave later) against one wait per this many
+# messages; `python -m benchmarks --only pipeline_pool` measures it.
+MAX_QUEUED = 1024
+# Each slice of the wait for room: how soon a closed gate is noticed.
+_ROOM_SLICE = 0.1
+
+# Where the ids of a run go: the future ``publish`` returned (a run of one, as the
+# Publisher hands it over), the futures of consecutive ``publish`` calls (a run the
+# intake gathered, one future per message), or a ``publish_many``'s `Bulk`.
+Sink = Future[str] | list[Future[str]] | Bulk
+# Messages accepted together, all with the same attributes (a private copy, or the one
+# shared empty mapping) and ordering key (None: none): their data, that attributes and
+# key, their sink, the index of the first of them in the sink's call (or list), and each
+# one's size (`len(data)` plus the attributes' UTF-8 length).
+Accepted = tuple["Sequence[bytes]", "dict[str, str]", "str | None", Sink, int, "Sequence[int]"]
+# Part of a run in a batch: its sink, the index of its first message in the sink's call,
+# and how many messages.
+Slice = tuple[Sink, int, int]
+
+
+def resolve_slice(sink: Sink, first: int, ids: Sequence[str]) -> None:
+    """The messages of a slice, from ``first`` on, are confirmed with ``ids``; a future
+    its holder cancelled is skipped."""
+    if isinstance(sink, Bulk):
+        sink.resolve(first, ids)
+        return
+    if not isinstance(sink, list):  # a lone publish's future
+        try:
+            sink.set_result(ids[0])
+        except InvalidStateError:  # cancelled: nobody waits for the id
+            pass
+        return
+    for future, message_id in zip(sink[first:first + len(ids)], ids, strict=True):
+        try:
+            future.set_result(message_id)
+        except InvalidStateError:
+            pass
+
+
+def fail_slice(sink: Sink, first: int, count: int, error: BaseException) -> None:
+    """The ``count`` messages of a slice, from ``first`` on, failed with ``error``."""
+    if isinstance(sink, Bulk):
+        sink.fail(count, error)
+        return
+    for future in sink[first:first + count] if isinstance(sink, list) else [sink]:
+        try:
+            future.set_exception(error)
+        except InvalidStateError:
+            pass
 
 
 class Intake:
-    """A hand-off between publishing threads and the Publisher actor, without a lock.
+    """A bounded hand-off between publishing threads and the Publisher actor.
 
-    A publisher adds a message with one ``rows.extend`` of its six items: one C call,
-    which no other thread can interleave under the GIL, so the list is always whole
-    messages in publish order, and no tuple per message outlives the call (a backlog
-    costs the garbage collector little). It tells the actor only when `armed` was clear,
-    setting it first; the actor clears `armed` before it takes, so a publisher that
-    finds it set knows a drain still to run will take its message. A burst of publishes
-    is then one mailbox message, and nothing is left behind.
+    Every method is called holding ``lock``, the flow-control gate's: admission, the
+    append and the actor's take are one critical section, so a message is counted by
+    the gate exactly when it is in the intake or further on, and order holds across
+    threads. A publisher tells the actor to drain only when `add` says so: the first
+    run after a take. A burst of publishes is then one mailbox message, and one run
+    while their attributes and key match: `add` appends each ``publish`` to the run
+    before it, so the actor batches and settles the burst a run at a time. A publisher
+    that finds the intake `full` waits for the take (`wait_for_room`).
 
-    Only the actor removes, and only a prefix (`take`): appends made meanwhile stay.
-
-    With no flow-control limits the publisher takes no lock at all: admission cannot
-    fail, so the gate counts the message when the actor takes it (`uncounted`). Nor
-    does one that pops a credit of the gate (its bytes are counted then). Otherwise,
-    with limits, the publisher adds while holding the gate's lock, after admission. One
-    list serves all, so order holds whatever the mix.
-
-    The actor's final stop `seal`s the intake; a publisher racing that stop finds the
-    seal after its append and fails what is left (see `Publisher`), so every future
-    settles even then.
+    The actor's final stop `seal`s the intake: later adds are refused (the caller
+    fails its publish), so every accepted message is taken by the actor.
     """
 
-    __slots__ = ("_mark", "_peak", "armed", "rows", "sealed", "since", "spares")
+    __slots__ = ("_armed", "_count", "_runs", "_taken", "full", "sealed")
 
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-        self.armed = False
+    def __init__(self, lock: threading.Lock) -> None:
+        self._runs: list[Accepted] = []
+        self._count = 0  # messages in the runs
+        self._armed = False
+        self._taken = threading.Condition(lock)
         self.sealed = False
-        # Pending futures that nobody could read any more (`drop_unreachable`), for
-        # `publish` to reuse: a publisher pops one, the actor adds them (`spare_room`).
-        self.spares: list[MessageFuture[str]] = []
-        self._peak = 0  # see SPARES
-        # `touch_mark` read before any future of the last take was added (`take`).
-        self.since = self._mark = touch_mark()
+        # True while `MAX_QUEUED` messages wait for the actor (and it still takes).
+        self.full = False
 
-    def add(self, row: Row) -> bool:
-        """Append one message; True when the caller must tell the actor to drain."""
-        self.rows.extend(row)
-        if self.armed:
+    def wait_for_room(self) -> None:
+        """Wait (the lock held: released meanwhile) until the actor takes, at most one
+        slice; the caller re-checks `full` and told the actor to drain before."""
+        self._taken.wait(_ROOM_SLICE)
+
+    def add(self, run: Accepted) -> bool:
+        """Append one run; True when the caller must tell the actor to drain."""
+        datas, attributes, key, sink, _, sizes = run
+        last = self._runs[-1] if self._runs else None
+        if (
+            last is not None and isinstance(sink, Future) and not isinstance(last[3], Bulk)
+            and last[1] is attributes and last[2] == key
+        ):  # a publish like the one before: gathered into a run of publishes
+            if isinstance(last[3], list):
+                last[0].append(datas[0])  # type: ignore[attr-defined]
+                last[3].append(sink)
+                last[5].append(sizes[0])  # type: ignore[attr-defined]
+            else:
+                self._runs[-1] = ([last[0][0], datas[0]], attributes, key, [last[3], sink], 0,
+                                  [last[5][0], sizes[0]])
+        else:
+            self._runs.append(run)
+        self._count += len(datas)
+        self.full = self._count >= MAX_QUEUED and not self.sealed
+        if self._armed:
             return False
-        self.armed = True
+        self._armed = True
         return True
 
-    def spare_room(self, drained: int) -> int:
-        """How many spares to keep after a drain of ``drained`` messages (see SPARES);
-        trims the rest."""
-        self._peak = peak = max(drained, self._peak - (self._peak >> 3))
-        room = min(SPARES, 2 * peak + SPARES_FLOOR)
-        del self.spares[room:]
-        return room
+    def take(self) -> list[Accepted]:
+        """Every run added so far, in order."""
+        runs, self._runs = self._runs, []
+        full = self._count >= MAX_QUEUED
+        self._count = 0
+        self._armed = False
+        self.full = False
+        if full:
+            self._taken.notify_all()
+        return runs
 
-    def take(self) -> Columns:
-        """Every message added so far, in order, as columns (gate lock held)."""
-        self.armed = False
-        # Every future taken now was added after the previous take read its mark: no
-        # reader could touch one before that mark, only after it (`drop_unreachable`).
-        self.since, self._mark = self._mark, touch_mark()
-        rows = self.rows
-        end = len(rows)  # appends made meanwhile land after ``end``, whole: left for later
-        columns = _columns(rows, end)
-        del rows[:end]
-        return columns
-
-    def seal(self) -> Columns:
-        """`take`, and mark the intake as no longer read (the actor's final stop)."""
+    def seal(self) -> list[Accepted]:
+        """`take`, and refuse every later `add` (the actor's final stop)."""
         self.sealed = True
         return self.take()
 
-    def queued(self) -> tuple[int, int]:
-        """(messages, bytes) added, not yet taken, and not counted by the gate."""
-        rows = self.rows
-        end = len(rows)
-        return uncounted(rows[4:end:WIDTH], rows[5:end:WIDTH])
-
-
-def _columns(rows: list[Any], end: int) -> Columns:
-    """The columns of ``rows[:end]``, sliced from ``rows`` itself (no copy of it first:
-    each copy touches every message's objects twice more, 0.088 µs per message for
-    `take` with the copy)."""
-    return (rows[0:end:WIDTH], rows[1:end:WIDTH], rows[2:end:WIDTH], rows[3:end:WIDTH],
-            rows[4:end:WIDTH], rows[5:end:WIDTH])
-
-
-def uncounted(sizes: list[int], counted: list[bool | None]) -> tuple[int, int]:
-    """(messages, bytes) the gate has not counted: both for a row whose ``counted`` flag
-    is False, the bytes for one admitted by a credit (None).
-
-    Most drains hold one kind of flag (False under no limit, credits under a message
-    limit), or credits behind the one publish that waited for the window: counting the
-    last row's kind, in C, compares by identity (0.3 µs per 1,000 rows); testing each
-    kind with ``in`` compared None with False row by row (16-25 µs per 1,000 rows of
-    one kind, 40 µs for a window behind a wait; now 4 and 18, `sum` included).
-    """
-    if not counted:
-        return 0, 0
-    last = counted[-1]
-    alike = counted.count(last)
-    if alike == len(counted):
-        if last is False:
-            return len(sizes), sum(sizes)
-        return (0, sum(sizes)) if last is None else (0, 0)
-    keep = [flag is not True for flag in counted]
-    credited = alike if last is None else counted.count(None)
-    return keep.count(True) - credited, sum(compress(sizes, keep))
-
-
-def reap(intake: Intake, gate: FlowGate, error: Callable[[], BaseException]) -> None:
-    """Fail every message in a sealed ``intake`` with ``error()`` and release what the
-    gate counted. Each message is taken once: by the actor before the seal, or here by
-    one reaping publisher."""
-    with gate.lock:
-        _, _, _, futures, sizes, counted = intake.take()
-        free, free_bytes = uncounted(sizes, counted)  # never counted: nothing to release
-        gate.release_locked(len(sizes) - free, sum(sizes) - free_bytes)
-    for future in futures:
-        fail_future(future, error())
+    def queued(self) -> int:
+        """How many messages wait for the actor."""
+        return self._count

@@ -23,7 +23,6 @@ __all__ = [
     "Resume",
     "RunDone",
     "SendNow",
-    "SendRun",
     "SetOptions",
     "Tick",
     "checked",
@@ -66,21 +65,13 @@ class Flush:
     done: Future[None]
 
 
-class SendRun:
-    """Batches sent to a local topic in one message (by id, in order); identity marks
-    the replies meant for them."""
-
-    __slots__ = ("batch_ids",)
-
-    def __init__(self, batch_ids: list[int]) -> None:
-        self.batch_ids = batch_ids
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunDone:
-    """Tell, from the topic's reply to a `SendRun`: each batch's ids or failure."""
+    """Tell, from the topic's reply to a run of batches sent together: each batch's ids
+    or failure. ``run`` is the list of the batches' ids the run was sent with: its
+    identity marks the replies meant for it."""
 
-    run: SendRun
+    run: list[int]
     outcomes: list[tuple[Sequence[str] | None, BaseException | None]]
 
 

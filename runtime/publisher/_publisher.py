@@ -1,35 +1,39 @@
 """The Publisher handle: validates and admits messages, then hands them to its actor.
 
-``publish`` runs in the caller's thread and does only what must happen there: validation
-(raised synchronously, nothing enqueued), flow-control admission when limits are set
-(which may block), one append to the `Intake` (a tell to the `PublisherActor` only when
-it is not already due to drain) and one future. Batching, ordering and settlement happen
-in the actor; see `runtime.publisher._actor`.
+``publish`` and ``publish_many`` run in the caller's thread and do only what must happen
+there, on one path: validation (raised synchronously, nothing enqueued), then for each
+message flow-control admission (which may block) and one append to the `Intake` under
+the gate's lock (a tell to the `PublisherActor` only when it is not already due to
+drain). Batching, ordering and settlement happen in the actor; see
+`runtime.publisher._actor`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from actors import ActorSystem
 from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES, Message
-from runtime.errors import PublishError
+from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._actor import PublisherActor
 from runtime.publisher._batching import BatchSettings
+from runtime.publisher._bulk import Bulk
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import YIELD_ROWS, Intake, reap
-from runtime.publisher._messages import BatchTopic, Flush, Resume, SetOptions
-from runtime.publisher._submit import DRAIN, SEND_NOW, Submitting
+from runtime.publisher._intake import MAX_QUEUED, Accepted, Intake, Sink, fail_slice
+from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
-    MAX_ORDERING_KEY_BYTES,
+    as_bytes,
     check_ordering,
+    checked_attributes,
+    checked_key,
+    checked_timeout,
     checked_topic,
     closed_error,
     merge,
@@ -39,18 +43,18 @@ __all__ = ["Publisher"]
 
 # Bound of every internal ask and of each slice of an unbounded wait.
 _ASK_TIMEOUT = 10.0
-# Ordering keys of at most this many characters are at most MAX_ORDERING_KEY_BYTES in
-# UTF-8 (4 bytes per character at most): publish's fast path accepts them unencoded.
-_SHORT_KEY = MAX_ORDERING_KEY_BYTES // 4
-_yield = time.sleep  # sleep(0): the GIL released for a moment (see YIELD_EVERY)
+SEND_NOW = SendNow()
+_BYTES = frozenset({bytes})
+DRAIN = Drain()
 
 
-class Publisher(Submitting):
+class Publisher:
     """Publishes bytes messages to a topic in batches, with flow control (an actor).
 
-    Build one with ``topic.publisher(...)``. ``publish`` returns a future of the message
-    id at once (unless flow control blocks it); the actor sends batches when a threshold
-    of ``batching`` is reached, and resolves each future when the topic confirms it.
+    Build one with ``topic.publisher(...)``. ``publish`` returns a new future of the
+    message id at once (unless flow control blocks it), ``publish_many`` one future of
+    the ids of many messages; the actor sends batches when a threshold of ``batching``
+    is reached, and resolves each future when the topic confirms its messages.
 
     Args:
         topic: the target; anything with ``name`` and ``_publish_batch(messages)``.
@@ -84,7 +88,7 @@ class Publisher(Submitting):
         self._message_ordering = check_ordering(message_ordering)
         self._topic = topic
         self._gate = FlowGate(self._flow_control, clock=clock)
-        self._intake = Intake()
+        self._intake = Intake(self._gate.lock)
         self._paused: frozenset[str] = frozenset()
         self._closed = False
         self._options_lock = threading.Lock()
@@ -94,7 +98,6 @@ class Publisher(Submitting):
             on_paused=self._set_paused, clock=clock,
         )
         self._tell = self._ref.tell
-        self._send_now = lambda: self._tell(SEND_NOW)
 
     @property
     def topic(self) -> BatchTopic:
@@ -124,11 +127,7 @@ class Publisher(Submitting):
     @property
     def outstanding(self) -> tuple[int, int]:
         """The (messages, bytes) accepted and not yet confirmed or failed."""
-        gate = self._gate
-        with gate.lock:  # the actor takes and counts queued messages under this lock
-            messages, nbytes = gate.outstanding_locked()
-            queued, queued_bytes = self._intake.queued()
-        return messages + queued, nbytes + queued_bytes
+        return self._gate.outstanding
 
     def publish(
         self,
@@ -148,43 +147,8 @@ class Publisher(Submitting):
             OrderingKeyPausedError: code 9, the key is paused.
             FlowControlError: code 8, flow-control limits exceeded.
         """
-        if data.__class__ is bytes and not attributes and len(data) <= MAX_MESSAGE_SIZE and (
-            ordering_key is None or (
-                ordering_key.__class__ is str and 0 < len(ordering_key) <= _SHORT_KEY
-                and ordering_key not in self._paused
-            )
-        ):  # the common calls, bare bytes with or without a valid key: taken on sight
-            checked: dict[str, str] = NO_ATTRIBUTES
-            size = len(data)
-        else:
-            data, checked, ordering_key, size = self._checked(data, attributes, ordering_key)
-        # The enqueue, inlined (a call per publish cost ~10% of it): a spare future if there
-        # is one, else a new one; under limits, a credit or else the gate's lock.
-        intake, gate = self._intake, self._gate
-        try:
-            future = intake.spares.pop()
-        except IndexError:
-            future = MessageFuture()
-        if gate.free:
-            counted: bool | None = False
-        else:  # a credit if there is one (see FlowGate): admitted without the lock
-            credits = gate.credits
-            try:
-                counted = None if credits and credits.pop() else True
-            except IndexError:  # another publisher took the last one since
-                counted = True
-        if counted is True:
-            self._submit_limited((data, checked, ordering_key, future, size, True))
-        else:
-            rows = intake.rows
-            rows.extend((data, checked, ordering_key, future, size, counted))
-            if not intake.armed:
-                intake.armed = True
-                self._tell(DRAIN)
-            elif not len(rows) % YIELD_ROWS:  # see YIELD_EVERY
-                _yield(0)
-        if intake.sealed:  # the actor stopped for good, maybe racing this call
-            reap(intake, gate, closed_error)
+        future: Future[str] = MessageFuture()  # new: never one handed out before
+        self._submit(self._accepted((data,), attributes, ordering_key, future))
         return future
 
     def publish_message(self, message: Message) -> Future[str]:
@@ -197,6 +161,38 @@ class Publisher(Submitting):
         # Checked and copied as any publish: the caller's attributes dict may change.
         return self.publish(message.data, message.attributes, message.ordering_key)
 
+    def publish_many(
+        self,
+        datas: Iterable[bytes | bytearray | memoryview],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        ordering_key: str | None = None,
+    ) -> Future[list[str]]:
+        """Publish each of ``datas``, in order, with the same ``attributes`` and
+        ``ordering_key``; return one future of all their ids, in order.
+
+        The bulk twin of `publish`: the messages are validated as `publish` validates one
+        (every one before any is admitted), then admitted one by one under flow control,
+        and batched like any others. The future resolves with the list of ids once every
+        message is confirmed, or fails with the first failure of one of them (messages
+        of other batches may still be published; their ids are not reported).
+
+        Blocks and raises like `publish`. A flow-control refusal raises only when it
+        refuses the first message; past it, the future fails with the refusal, and the
+        messages from the refused one on are not published.
+
+        Raises:
+            PublishError: code 3 for invalid data, attributes, key or size (nothing is
+                published); code 9 when the Publisher is closed.
+            OrderingKeyPausedError: code 9, the key is paused.
+            FlowControlError: code 8, the first message exceeds the limits.
+        """
+        datas = list(datas)
+        bulk = Bulk(len(datas))
+        if datas:
+            self._submit(self._accepted(datas, attributes, ordering_key, bulk))
+        return bulk.future
+
     def flush(self, timeout: float | None = None) -> None:
         """Send every pending batch; wait until everything accepted before the call settled.
 
@@ -205,7 +201,9 @@ class Publisher(Submitting):
 
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
+            ValueError: ``timeout`` is not None or a finite number >= 0.
         """
+        timeout = checked_timeout(timeout)
         if self.outstanding[0] == 0:
             return
         done: Future[None] = Future()
@@ -223,7 +221,10 @@ class Publisher(Submitting):
 
         Raises:
             TimeoutError: the flush did not finish within ``timeout`` seconds.
+            ValueError: ``timeout`` is not None or a finite number >= 0 (the
+                Publisher stays open).
         """
+        timeout = checked_timeout(timeout)
         if not self._refuse():
             return
         try:
@@ -295,3 +296,93 @@ class Publisher(Submitting):
     def _set_paused(self, keys: frozenset[str]) -> None:
         self._paused = keys
 
+    def _accepted(
+        self, datas: Sequence[bytes | bytearray | memoryview], attributes: Mapping[str, str] | None,
+        key: str | None, sink: Sink,
+    ) -> Accepted:
+        """Messages as the Publisher keeps them: data and key checked, attributes copied
+        once for all, each message's size, and where their ids go.
+
+        Raises:
+            PublishError: code 3 for invalid data, attributes, key or size.
+            OrderingKeyPausedError: the key is paused.
+        """
+        if set(map(type, datas)) <= _BYTES:
+            checked_datas: tuple[bytes, ...] = tuple(datas)  # type: ignore[arg-type]
+        else:
+            checked_datas = tuple(map(as_bytes, datas))
+        if attributes:
+            checked, extra = checked_attributes(attributes, 0)
+        else:
+            checked, extra = NO_ATTRIBUTES, 0
+        if key is not None:
+            key = checked_key(key)
+        sizes = tuple(map(len, checked_datas))
+        if extra:
+            sizes = tuple([size + extra for size in sizes])
+        if max(sizes) > MAX_MESSAGE_SIZE:
+            raise PublishError("Message size exceeds maximum of 10MB", 3)
+        if key is not None and key in self._paused:
+            raise OrderingKeyPausedError(key)
+        return checked_datas, checked, key, sink, 0, sizes
+
+    def _submit(self, run: Accepted) -> None:
+        """Admit each message of ``run`` under flow control and hand them to the actor,
+        in order.
+
+        As many as fit are admitted under one hold of the gate's lock and appended as
+        one run of at most `MAX_QUEUED` (waiting meanwhile while the intake is
+        `Intake.full`); one that does not fit waits in `FlowGate.acquire` (after the
+        actor was told to send what it holds, so a lone publisher always progresses).
+        The actor is told to drain under the lock.
+
+        Raises:
+            FlowControlError, PublishError: admission of the first message failed (code
+                8, or code 9 once closed). For a later message the error fails it and
+                every one after it instead: the earlier ones are already on their way.
+        """
+        gate, intake = self._gate, self._intake
+        datas, attributes, key, sink, _, sizes = run
+        done, count = 0, len(sizes)
+        while done < count:
+            try:
+                with gate.lock:
+                    while intake.full and not gate.closed:  # an attribute: see Intake
+                        intake.wait_for_room()
+                    end = min(count, done + MAX_QUEUED)
+                    admitted = gate.admit_now(sizes, done, end)
+                    if admitted > done:
+                        if intake.sealed:  # the actor stopped for good
+                            gate.release_locked(admitted - done, sum(sizes[done:admitted]))
+                            raise closed_error()
+                        part = run if admitted - done == count else (
+                            datas[done:admitted], attributes, key, sink, done,
+                            sizes[done:admitted])
+                        if intake.add(part):
+                            self._tell(DRAIN)
+                        done = admitted
+                if done < count and admitted < end:  # the next one did not fit: wait
+                    self._wait_admitted((datas[done:done + 1], attributes, key, sink, done,
+                                         sizes[done:done + 1]))
+                    done += 1
+            except BaseException as exc:
+                if done == 0:
+                    raise
+                fail_slice(sink, done, count - done, exc)
+                return
+
+    def _wait_admitted(self, run: Accepted) -> None:
+        """Admission of a run of one once `FlowGate.admit_now` refused it: acquire (may
+        block), enqueue."""
+        gate, size = self._gate, run[5][0]
+        waited = gate.acquire(size, on_block=lambda: self._tell(SEND_NOW))
+        with gate.lock:
+            if gate.closed or self._intake.sealed:
+                gate.release_locked(1, size)
+                raise closed_error()
+            if self._intake.add(run):
+                self._tell(DRAIN)
+        if waited and gate.congested:
+            # Others still wait for capacity: this message must not sit out the
+            # latency in an open batch while they do.
+            self._tell(SEND_NOW)

@@ -6,6 +6,7 @@ anything is admitted or enqueued.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ __all__ = [
     "check_ordering",
     "checked_attributes",
     "checked_key",
+    "checked_timeout",
     "checked_topic",
     "closed_error",
     "merge",
@@ -36,6 +38,23 @@ _Settings = TypeVar("_Settings", BatchSettings, FlowControl)
 def closed_error() -> PublishError:
     """The error of a publish on a closed Publisher (code 9)."""
     return PublishError("Publisher is closed", 9)
+
+
+def checked_timeout(timeout: float | None) -> float | None:
+    """``timeout`` of a blocking call: None (no bound) or a finite number of seconds.
+
+    Raises:
+        ValueError: ``nan``, an infinity or a negative number (a call argument, not a
+            setting: not a `PublishError`).
+        TypeError: not a number.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be None or a number, got {type(timeout).__qualname__}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be None or a finite number >= 0, got {timeout!r}")
+    return timeout
 
 
 def checked_topic(topic: Any) -> None:

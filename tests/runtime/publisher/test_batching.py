@@ -6,9 +6,6 @@ import pickle
 from concurrent.futures import Future
 
 import pytest
-from hypothesis import given
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
 
 from runtime.core._message import Message
 from runtime.errors import PublishError
@@ -28,9 +25,9 @@ def add(batcher: Batcher, size: int, key: str | None = None) -> list[Batch]:
 
 
 def add_message(batcher: Batcher, key: str | None, message: Message) -> list[Batch]:
-    """One message into its lane, as the Publisher adds a burst (`Batcher.add_many`)."""
-    parts = (message.data, message.attributes, message.ordering_key, Future(), message.size)
-    return batcher.add_many(key, [parts])
+    """One message into its lane, as the Publisher adds a burst (`Batcher.add`)."""
+    run = ([message.data], message.attributes, message.ordering_key, Future(), 0, [message.size])
+    return batcher.add(key, [run])
 
 
 def sizes(batch: Batch) -> list[int]:
@@ -205,79 +202,39 @@ def _one_at_a_time(settings: BatchSettings, message_sizes: list[int]) -> list[li
     return [sizes(batch) for batch in closed + batcher.drain()]
 
 
-def _as_columns(settings: BatchSettings, message_sizes: list[int], bursts: int) -> list[list[int]]:
-    batcher = Batcher(settings, clock=FakeClock())
-    closed: list[Batch] = []
-    step = -(-len(message_sizes) // bursts) or 1
-    for start in range(0, len(message_sizes), step):
-        burst = message_sizes[start:start + step]
-        closed += batcher.add_columns(
-            None, [b"x" * n for n in burst], [{} for _ in burst], [None] * len(burst),
-            [Future() for _ in burst], list(burst),
-        )
-    return [sizes(batch) for batch in closed + batcher.drain()]
-
-
-@hypothesis_settings(max_examples=150, deadline=None)
-@given(
-    message_sizes=st.lists(st.integers(min_value=0, max_value=8), max_size=60),
-    max_messages=st.integers(min_value=1, max_value=12),
-    max_bytes=st.integers(min_value=1, max_value=20),
-    latency=st.sampled_from([0.0, 0.01]),
-    bursts=st.integers(min_value=1, max_value=5),
-)
-def test_add_columns_cuts_exactly_like_adding_one_at_a_time(
-    message_sizes: list[int], max_messages: int, max_bytes: int, latency: float, bursts: int,
-) -> None:
-    settings = BatchSettings(max_messages=max_messages, max_bytes=max_bytes, max_latency=latency)
-
-    expected = _one_at_a_time(settings, message_sizes)
-    actual = _as_columns(settings, message_sizes, bursts)
-
-    assert actual == expected
-    assert sum(map(len, actual)) == len(message_sizes)
-
-
 @pytest.mark.parametrize(("message_sizes", "expected"), [
     ([5, 5, 5], [[5, 5], [5]]),  # a batch reaching max_bytes exactly closes at once
     ([4, 4, 4], [[4, 4], [4]]),  # the third would overflow: the open batch goes first
     ([3, 30, 3], [[3], [30], [3]]),  # a lone message above max_bytes goes alone
     ([0, 0, 0, 0, 0, 0, 0], [[0, 0, 0], [0, 0, 0], [0]]),  # only the count closes these
 ])
-def test_add_columns_byte_threshold_edges(message_sizes: list[int], expected: list[list[int]]) -> None:
+def test_byte_threshold_edges(message_sizes: list[int], expected: list[list[int]]) -> None:
     settings = BatchSettings(max_messages=3, max_bytes=10)
 
-    assert _as_columns(settings, message_sizes, 1) == expected
     assert _one_at_a_time(settings, message_sizes) == expected
 
 
-def test_add_columns_keeps_futures_with_their_messages() -> None:
+def test_a_run_is_cut_into_batches_that_keep_their_slices_of_it() -> None:
     batcher = Batcher(BatchSettings(max_messages=2), clock=FakeClock())
-    futures: list[Future[str]] = [Future() for _ in range(5)]
-    datas = [bytes([i]) for i in range(5)]
+    sink: Future[str] = Future()
+    run = ([bytes([i]) for i in range(5)], {"i": "v"}, None, sink, 10, [1] * 5)
 
-    closed = batcher.add_columns(None, datas, [{"i": str(i)} for i in range(5)],
-                                 [None] * 5, futures, [1] * 5)
+    closed = batcher.add(None, [run])
 
     assert [batch.datas for batch in closed] == [[b"\x00", b"\x01"], [b"\x02", b"\x03"]]
-    assert [batch.futures for batch in closed] == [futures[:2], futures[2:4]]
-    assert [batch.attributes for batch in closed][1] == [{"i": "2"}, {"i": "3"}]
-    assert batcher.drain()[0].futures == [futures[4]]
+    assert [batch.slices for batch in closed] == [[(sink, 10, 2)], [(sink, 12, 2)]]
+    assert closed[1].attributes == [{"i": "v"}] * 2
+    assert batcher.drain()[0].slices == [(sink, 14, 1)]
 
 
-def test_an_empty_batch_takes_a_whole_burst_s_lists_and_later_bursts_extend_it() -> None:
-    batcher = Batcher(BatchSettings(max_messages=5), clock=FakeClock())
-    futures: list[Future[str] | None] = [Future() for _ in range(5)]
-    datas = [b"a", b"b", b"c"]
+def test_runs_share_a_batch_each_with_its_own_slice() -> None:
+    batcher = Batcher(BatchSettings(max_messages=4), clock=FakeClock())
+    first: Future[str] = Future()
+    second: Future[str] = Future()
 
-    assert batcher.add_columns("k", datas, [{}] * 3, ["k"] * 3, futures[:3], [1] * 3) == []
-    [batch] = batcher.drain()
-    assert batch.datas is datas and batch.size == 3  # no copy of the lane's columns
+    closed = batcher.add("k", [([b"a"], {}, "k", first, 0, [1]),
+                               ([b"b", b"c", b"d", b"e"], {}, "k", second, 0, [1] * 4)])
 
-    batcher = Batcher(BatchSettings(max_messages=5), clock=FakeClock())
-    batcher.add_columns("k", datas, [{}] * 3, ["k"] * 3, futures[:3], [1] * 3)
-    [closed] = batcher.add_columns("k", [b"d", b"e", b"f"], [{}] * 3, ["k"] * 3,
-                                   [*futures[3:], None], [2] * 3)
-
-    assert closed.datas == [b"a", b"b", b"c", b"d", b"e"] and closed.size == 7
-    assert closed.futures == futures and batcher.drain()[0].datas == [b"f"]
+    assert [batch.datas for batch in closed] == [[b"a", b"b", b"c", b"d"]]
+    assert closed[0].slices == [(first, 0, 1), (second, 0, 3)] and closed[0].keys == ["k"] * 4
+    assert batcher.drain()[0].slices == [(second, 3, 1)]

@@ -211,3 +211,20 @@ def test_releasing_more_than_outstanding_is_refused() -> None:
 
     gate.release(1, 10)
     assert gate.outstanding == (0, 0)
+
+
+@pytest.mark.parametrize(("settings", "stop", "outstanding"), [
+    (FlowControl(), 5, (5, 15)),  # no limit: all at once
+    (FlowControl(max_outstanding_messages=3), 3, (3, 6)),
+    (FlowControl(max_outstanding_bytes=10), 4, (4, 10)),  # the 5th would exceed 10 bytes
+    (FlowControl(max_outstanding_messages=3, limit_exceeded="ignore"), 5, (5, 15)),
+])
+def test_admit_now_admits_a_run_in_order_up_to_the_first_that_does_not_fit(
+    settings: FlowControl, stop: int, outstanding: tuple[int, int],
+) -> None:
+    gate = FlowGate(settings)
+
+    with gate.lock:
+        admitted = gate.admit_now([1, 2, 3, 4, 5], 0, 5)
+
+    assert admitted == stop and gate.outstanding == outstanding

@@ -1,63 +1,62 @@
-"""The Publisher's intake: lock-free publishes without limits, exact counts, no lost future."""
+"""The Publisher's intake: publishes in order, exact counts, no lost future."""
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
 from runtime.errors import PublishError
+from runtime.publisher._bulk import Bulk
 from runtime.publisher._flow_control import FlowControl
-from runtime.publisher._intake import WIDTH, YIELD_EVERY, Intake, Row, uncounted
+from runtime.publisher._intake import MAX_QUEUED, Accepted, Intake
 from runtime.publisher._publisher import Publisher
 
 
-def test_intake_takes_messages_in_order_and_counts_only_the_uncounted() -> None:
-    intake = Intake()
-    futures: list[Future[str]] = [Future() for _ in range(4)]
-    for n, counted in enumerate([False, True, False, True]):
-        intake.rows.extend((b"x" * (n + 1), {}, "k" if n else None, futures[n], n + 1, counted))
+def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None:
+    intake = Intake(threading.Lock())
+    shared: dict[str, str] = {}
+    futures: list[Future[str]] = [Future() for _ in range(5)]
+    keys = [None, "k", "k", "k", None]
+    for n, key in enumerate(keys):
+        intake.add(((b"x" * (n + 1),), shared, key, futures[n], 0, (n + 1,)))
 
-    assert intake.queued() == (2, 1 + 3)
-    datas, attributes, keys, taken, sizes, flags = intake.take()
-    intake.rows.extend((b"late", {}, None, Future(), 4, False))
+    assert intake.queued() == 5
+    taken = intake.take()
+    intake.add(((b"late",), shared, None, Future(), 0, (4,)))
 
-    assert datas == [b"x", b"xx", b"xxx", b"xxxx"] and attributes == [{}] * 4
-    assert keys == [None, "k", "k", "k"] and taken == futures and sizes == [1, 2, 3, 4]
-    assert flags == [False, True, False, True]
-    assert intake.queued() == (1, 4)
-    assert intake.take()[0] == [b"late"]
-    assert intake.queued() == (0, 0) and intake.take()[3] == []
-    assert uncounted([5, 6, 7], [False, True, False]) == (2, 12)
-    assert uncounted([5, 6], [True, True]) == (0, 0)
-    assert uncounted([5, 6], [False, False]) == (2, 11)
-
-
-class _ExtendedWhileSliced(list[object]):
-    """Rows that a publisher extends between two of `take`'s column slices."""
-
-    def __getitem__(self, index: object) -> object:
-        if isinstance(index, slice) and not getattr(self, "extended", False):
-            self.extended = True
-            self.extend((b"late", {}, None, Future(), 4, False))
-        return super().__getitem__(index)  # type: ignore[index]
+    assert taken == [  # a lone publish stays as it came
+        ((b"x",), shared, None, futures[0], 0, (1,)),
+        ([b"xx", b"xxx", b"xxxx"], shared, "k", futures[1:4], 0, [2, 3, 4]),
+        ((b"xxxxx",), shared, None, futures[4], 0, (5,)),
+    ]
+    assert [run[0] for run in intake.take()] == [(b"late",)]
+    assert intake.queued() == 0 and intake.take() == []
 
 
-def test_a_message_added_while_take_slices_is_taken_once_and_whole() -> None:
-    intake = Intake()
-    rows = _ExtendedWhileSliced()
-    intake.rows = rows  # type: ignore[assignment]
-    rows.extend((b"early", {}, None, Future(), 5, False))
+def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
+    intake = Intake(threading.Lock())
+    bulk = Bulk(2)
+    intake.add(((b"a",), {"n": "1"}, None, Future(), 0, (2,)))
+    intake.add(((b"b",), {"n": "1"}, None, Future(), 0, (2,)))  # an equal, other copy
+    intake.add(((b"c", b"d"), {}, None, bulk, 0, (1, 1)))
 
-    first, second = intake.take(), intake.take()
+    runs = intake.take()
 
-    assert len({len(column) for column in first}) == 1  # no message torn across columns
-    assert len({len(column) for column in second}) == 1
-    assert first[0] + second[0] == [b"early", b"late"] and first[4] + second[4] == [5, 4]
-    assert len(rows) == 0
+    assert [run[0] for run in runs] == [(b"a",), (b"b",), (b"c", b"d")] and runs[2][3] is bulk
+
+
+def test_a_sealed_intake_gives_what_it_held_and_says_so() -> None:
+    intake = Intake(threading.Lock())
+    intake.add(([b"held"], {}, None, Future(), 0, [4]))
+
+    held = intake.seal()
+
+    assert [item[0] for item in held] == [[b"held"]] and intake.sealed
 
 
 def test_unlimited_outstanding_is_exact_while_messages_wait(system: ActorSystem) -> None:
@@ -152,16 +151,16 @@ def test_close_racing_unlimited_publishers_settles_every_future(system: ActorSys
     assert pub.outstanding == (0, 0)
 
 
-def test_publish_after_the_actor_stopped_without_close_fails_its_future(
+def test_publish_after_the_actor_stopped_without_close_is_refused(
     system: ActorSystem,
 ) -> None:
     pub = Publisher(FakeTopic(), system=system)
     pub._ref.stop(timeout=10)  # as a system shutdown would, with no close() first
 
-    future = pub.publish(b"late")
+    with pytest.raises(PublishError) as refused:
+        pub.publish(b"late")
 
-    error = future.exception(timeout=5)
-    assert isinstance(error, PublishError) and error.code == 9
+    assert refused.value.code == 9
     assert pub.outstanding == (0, 0)
 
 
@@ -178,33 +177,40 @@ def test_outstanding_returns_to_zero_on_both_paths(system: ActorSystem, limited:
 
 
 def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
-    intake = Intake()
-    row: Row = (b"x", {}, None, Future(), 1, False)
+    intake = Intake(threading.Lock())
+    item: Accepted = ([b"x"], {}, None, Future(), 0, [1])
 
-    assert [intake.add(row), intake.add(row), intake.add(row)] == [True, False, False]
-    assert len(intake.take()[0]) == 3
-    assert intake.add(row) is True  # the drain cleared it: the next message rings again
+    assert [intake.add(item), intake.add(item), intake.add(item)] == [True, False, False]
+    assert len(intake.take()[0][0]) == 3  # one run of three
+    assert intake.add(item) is True  # the drain cleared it: the next message rings again
 
 
-def test_a_publisher_running_ahead_of_the_actor_yields_every_1024_waiting_messages(
-    system: ActorSystem, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from runtime.publisher import _publisher
+def test_a_publisher_waits_for_the_actor_once_the_intake_is_full(system: ActorSystem) -> None:
+    # The actor is held inside a send: what is published meanwhile piles up in the
+    # intake, up to MAX_QUEUED; the next publish waits until the actor takes them.
+    topic = FakeTopic()
+    entered, release = threading.Event(), threading.Event()
+    send = topic._publish_batch
 
-    with Publisher(FakeTopic(), system=system) as pub:
-        told: list[object] = []
-        tell = pub._tell
-        pub._tell = told.append  # the drain is held back: the actor never takes
-        waiting: list[tuple[int, float]] = []
-        monkeypatch.setattr(_publisher, "_yield", lambda seconds: waiting.append(
-            (len(pub._intake.rows) // WIDTH, seconds)))
+    def held(messages: list[Any]) -> Future[list[str]]:
+        entered.set()
+        assert release.wait(10.0)
+        return send(messages)
 
-        futures = [pub.publish(b"%d" % n) for n in range(3 * YIELD_EVERY + 10)]
+    topic._publish_batch = held  # type: ignore[method-assign]
+    with Publisher(topic, system=system, batching=batching(max_messages=1)) as pub:
+        pub.publish(b"first")
+        assert entered.wait(5.0)
+        queued = [pub.publish(b"%d" % n) for n in range(MAX_QUEUED)]
+        waiting = threading.Thread(target=lambda: queued.append(pub.publish(b"last")))
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive() and pub._intake.queued() == MAX_QUEUED
 
-        assert YIELD_EVERY == 1_024 and waiting == [(1_024, 0), (2_048, 0), (3_072, 0)]
-        assert len(told) == 1  # one drain asked for, none taken
-        pub._tell = tell
-        tell(told[0])
-        pub.flush(timeout=10)
-        assert [f.result(timeout=0) for f in futures] == [
-            f"fake-{n}" for n in range(1, 3 * YIELD_EVERY + 11)]
+        release.set()
+        waiting.join(10.0)
+        pub.flush(timeout=10.0)
+
+        assert not waiting.is_alive() and len(queued) == MAX_QUEUED + 1
+        assert [f.result(timeout=0) for f in queued] == [
+            f"fake-{n}" for n in range(2, MAX_QUEUED + 3)]

@@ -16,10 +16,8 @@ from runtime.errors import (
     PublishError,
     TopicClosedError,
 )
-from runtime.publisher import _lanes
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_settings import FlowControl
-from runtime.publisher._lanes import COLUMNS_FROM, lanes_of
 from runtime.publisher._publisher import Publisher
 
 ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)
@@ -217,15 +215,12 @@ class _GatedTopic(FakeTopic):
         return super()._publish_batch(messages)
 
 
-@pytest.mark.parametrize("per_key", [3, COLUMNS_FROM + 6])
+@pytest.mark.parametrize("per_key", [3, 30])
 def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
-    system: ActorSystem, monkeypatch: pytest.MonkeyPatch, per_key: int,
+    system: ActorSystem, per_key: int,
 ) -> None:
     # The actor is held inside its first send while 16 keys' messages pile up in the
-    # intake, so it takes them in one drain: short lanes go row by row, long ones
-    # (COLUMNS_FROM per key on average) as columns. Both must cut the same batches.
-    split: list[int] = []
-    monkeypatch.setattr(_lanes, "lanes_of", lambda keys: split.append(len(keys)) or lanes_of(keys))
+    # intake, so it takes them in one drain and splits them by key.
     topic = _GatedTopic()
     keys = [f"k{n}" for n in range(16)]
     with Publisher(topic, system=system, batching=BatchSettings(max_messages=5, max_latency=60.0),
@@ -237,7 +232,6 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
         topic.gate.set()
         pub.flush(timeout=10.0)
 
-    assert split == ([16 * per_key] if per_key >= COLUMNS_FROM else [])
     assert [f.result(timeout=0) for f in first] == [f"fake-{n}" for n in range(1, 6)]
     batches = keys_and_data(topic)[1:]
     assert all(len({key for key, _ in batch}) == 1 for batch in batches)
@@ -255,10 +249,10 @@ def test_a_burst_over_many_keys_is_cut_into_per_key_batches_in_order(
 
 def test_a_burst_whose_futures_nobody_holds_is_cut_alike(system: ActorSystem) -> None:
     # Fire and forget: no future of the burst is held when the actor takes it, so the
-    # lanes take no future column (each batch's are None, `drop_unreachable`).
+    # lanes still carry each future with its message.
     topic = _GatedTopic()
     keys = [f"k{n}" for n in range(16)]
-    per_key = COLUMNS_FROM + 6
+    per_key = 30
     with Publisher(topic, system=system, batching=BatchSettings(max_messages=5, max_latency=60.0),
                    message_ordering=True) as pub:
         for n in range(5):  # a full batch: the actor waits inside its send
@@ -281,13 +275,13 @@ def test_a_burst_whose_futures_nobody_holds_is_cut_alike(system: ActorSystem) ->
         assert sizes == [5] * (per_key // 5) + ([per_key % 5] if per_key % 5 else [])
 
 
-@pytest.mark.parametrize("per_key", [2, COLUMNS_FROM + 6])
+@pytest.mark.parametrize("per_key", [2, 30])
 def test_messages_queued_for_a_key_that_pauses_meanwhile_fail_and_free_their_capacity(
     system: ActorSystem, per_key: int,
 ) -> None:
     # Key A's batch fails while A's next messages wait in the intake, taken only after
-    # the actor learned of the failure: they fail with OrderingKeyPausedError (rows or
-    # columns, by burst size) and free their flow-control capacity; key C carries on.
+    # the actor learned of the failure: they fail with OrderingKeyPausedError and free
+    # their flow-control capacity; key C carries on.
     topic = _GatedTopic(lambda messages: messages[0].ordering_key == "B", hold=True)
     pub = Publisher(topic, system=system, batching=BatchSettings(max_latency=0),
                     message_ordering=True, flow_control=FlowControl(max_outstanding_messages=1000))

@@ -15,9 +15,9 @@ from actors import ActorSystem
 from runtime import Bus
 from runtime.core._topic_actor import BatchOutcome
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
+from runtime.publisher._actor import RUN
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._publisher import Publisher
-from runtime.publisher._sending import RUN
 
 Parts = list[tuple[list[bytes], list[dict[str, str]], list[str | None]]]
 
@@ -87,7 +87,7 @@ def test_a_run_accepted_in_part_settles_each_batch_for_its_own_part(system: Acto
     publisher.close(10.0)
 
 
-def test_a_run_releases_flow_control_once_for_all_of_its_batches(
+def test_each_batch_of_a_run_releases_its_own_flow_control(
     system: ActorSystem, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     releases: list[tuple[int, int]] = []
@@ -114,7 +114,7 @@ def test_a_run_releases_flow_control_once_for_all_of_its_batches(
     topic.runs[0][1]([(["1", "2"], None), (["3"], None), (["4"], closed)])
     blocked.join(10.0)
 
-    assert releases == [(5, 11)]  # one release for three batches (one accepted in part)
+    assert releases == [(2, 4), (1, 2), (2, 5)]  # batch by batch (c accepted in part)
     assert [f.result(10.0) for f in futures[:4]] == ["1", "3", "2", "4"]
     assert futures[4].exception(10.0) is closed
     assert not blocked.is_alive() and len(sixth) == 1  # the waiter was admitted by it
@@ -124,7 +124,7 @@ def test_a_run_releases_flow_control_once_for_all_of_its_batches(
     assert topic.arrived.wait(10.0)
     topic.runs[1][1]([(["6"], None)])
     flushed.join(10.0)
-    assert sixth[0].result(10.0) == "6" and releases == [(5, 11), (1, 1)]
+    assert sixth[0].result(10.0) == "6" and releases == [(2, 4), (1, 2), (2, 5), (1, 1)]
     publisher.close(10.0)
 
 
