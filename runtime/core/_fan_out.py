@@ -49,10 +49,14 @@ class FanOut:
             with self._ring.lock:
                 self._wait_ring(len(envelopes), slotted, deadline)
                 subscribers = self._ring.subscriber_count
+                # Published from here on: it had room everywhere, nothing can refuse it now
+                # but a close (which `reserve` raises before reserving anything).
                 if not groups and not subscribers:
+                    self._ledger.count("published", len(envelopes))
                     self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
                     return {}, 0
                 self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted)
+                self._ledger.count("published", len(envelopes))
                 lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
         except BaseException:
             _give_back(groups, admitted)
@@ -75,7 +79,7 @@ class FanOut:
 
     def publish_lone(
         self, groups: list[GroupHandle], message: Any, key: str | None,
-        attributes: dict[str, str] | None, deadline: float | None,
+        attributes: dict[str, str], deadline: float | None,
     ) -> PublishReport:
         """One ``topic.publish`` into ``groups`` (at least one) while no broadcast
         subscriber reads the ring and no ``max_pending`` applies: room in each group, a
@@ -95,8 +99,7 @@ class FanOut:
         except BaseException:
             _give_back(groups, admitted)
             raise
-        envelope = (seq, None, message, key, dict(attributes) if attributes else {},
-                    self._topic, None)
+        envelope = (seq, None, message, key, attributes, self._topic, None)
         settled: list[Delivery[Any]] = []
         balanced = self._enqueue(groups, admitted, (envelope,), key or False, settled)
         if settled:

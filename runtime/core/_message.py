@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-__all__ = ["NO_ATTRIBUTES", "Message", "new_message", "parts_of"]
+__all__ = ["NO_ATTRIBUTES", "Message", "checked_attributes", "new_message", "parts_of"]
 
 
 class _NoAttributes(dict[str, str]):
@@ -111,3 +112,23 @@ def parts_of(messages: list[Message]) -> tuple[list[bytes], list[dict[str, str]]
         [m.data for m in messages], [m.attributes for m in messages],
         [m.ordering_key or None for m in messages],
     )
+
+
+def checked_attributes(attributes: object) -> dict[str, str]:
+    """A copy of a publish's ``attributes`` (None: none), checked: a mapping of `str` to
+    `str`. The copy is the message's own: the caller may change theirs afterwards.
+
+    Raises:
+        TypeError: ``attributes`` is not a mapping, or a key or value is not a `str`
+            (the message names the first one).
+    """
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        raise TypeError(
+            f"attributes must be a mapping of str to str, got {type(attributes).__qualname__}")
+    copied = dict(attributes)
+    for name, value in copied.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"attributes must map str to str, got {name!r}: {value!r}")
+    return copied

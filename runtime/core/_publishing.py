@@ -12,9 +12,9 @@ from runtime.core._block import Block, Runs, any_keyed, ids_of
 from runtime.core._envelope import Envelope
 from runtime.core._fan_out import FanOut, Oversized
 from runtime.core._future import MessageFuture
-from runtime.core._message import Message, parts_of
+from runtime.core._message import Message, checked_attributes, parts_of
 from runtime.core._outcome import Outcome, PublishReport, new_report
-from runtime.core._settings import TopicSettings
+from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
@@ -155,6 +155,9 @@ class PublishPath(FanOut):
         (the usual case, `publish_lone`: no ``max_pending``, no broadcast subscriber)."""
         if key is not None and type(key) is not str:
             check_keys([key])
+        # Every check before anything is taken: a refused publish leaves nothing behind.
+        attributes = checked_attributes(attributes)
+        check_timeout("timeout", timeout)
         settings = self._settings
         if settings.message_type is not None or self._ledger.closed:  # else nothing to check
             self.check([message])
@@ -162,19 +165,13 @@ class PublishPath(FanOut):
         groups = self._groups()
         if groups and settings.max_pending is None and not self._ring.subscriber_count:
             return self.publish_lone(groups, message, key or None, attributes, deadline)
-        self._ledger.count("published")
-        try:
-            slotted = self.admit(deadline)
-            # Accepted: its number is its id (`message_id`).
-            seq = self._take_seqs(1)
-            envelope: Envelope = (seq, None, message, key or None,
-                                  dict(attributes) if attributes else {}, self._topic, None)
-            future: Future[Outcome] = MessageFuture()
-            balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
-        except (WouldBlock, TopicClosedError):
-            # Refused while waiting (nothing of it was sent): it never entered the topic.
-            self._ledger.count("published", -1)
-            raise
+        slotted = self.admit(deadline)
+        # Accepted: its number is its id (`message_id`). It counts as published once it
+        # has room everywhere (`fan_out`): a refusal while waiting leaves no trace.
+        seq = self._take_seqs(1)
+        envelope: Envelope = (seq, None, message, key or None, attributes, self._topic, None)
+        future: Future[Outcome] = MessageFuture()
+        balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
         return new_report(str(seq), balanced, broadcast, future)
 
     def publish_messages(self, messages: list[Message]) -> Sequence[str]:
@@ -288,13 +285,7 @@ class PublishPath(FanOut):
     def _send_counted(
         self, envelopes: Sequence[Envelope], *, admit: bool = False, slotted: bool = False,
     ) -> None:
-        """Count ``envelopes`` as published and fan them out, holding ``max_pending``
-        slots (``slotted``) or taking one first (``admit``); a refusal (closed) takes the
-        count back."""
-        self._ledger.count("published", len(envelopes))
-        try:
-            self.fan_out(envelopes, None, self.admit(None) if admit else slotted, None)
-        except (WouldBlock, TopicClosedError, Oversized):
-            self._ledger.count("published", -len(envelopes))  # refused whole: never entered
-            raise
+        """Fan ``envelopes`` out, holding ``max_pending`` slots (``slotted``) or taking
+        one first (``admit``); `fan_out` counts them published once they have room."""
+        self.fan_out(envelopes, None, self.admit(None) if admit else slotted, None)
 

@@ -16,7 +16,7 @@ from runtime.core._message import Message
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
 from runtime.core._replay import Replay
-from runtime.core._settings import TopicSettings
+from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core._stats import TopicStats
 from runtime.core._subscribing import Subscribing
 from runtime.core._topic_actor import BatchSeam, TopicActor
@@ -129,6 +129,9 @@ class Topic(BatchSeam, Subscribing[T]):
             TopicClosedError: the topic is closed (also when it closes while waiting).
             MessageTypeError: ``message`` is not an instance of ``message_type``.
             WouldBlock: ``timeout`` passed while waiting.
+            TypeError: ``attributes`` is not a mapping of `str` to `str`, or ``key``
+                is not a `str` (nothing of the publish is left behind).
+            ValueError: ``timeout`` is NaN or infinite (nothing was sent).
         """
         return self._path.publish_one(message, key, attributes, timeout)
 
@@ -172,7 +175,12 @@ class Topic(BatchSeam, Subscribing[T]):
         self._ledger.reset_stats()
 
     def join(self, timeout: float | None = None) -> bool:
-        """Block until no message is pending; False if ``timeout`` passed first."""
+        """Block until no message is pending; False if ``timeout`` passed first.
+
+        Raises:
+            ValueError: ``timeout`` is NaN or infinite.
+        """
+        check_timeout("timeout", timeout)
         return self._ledger.wait_idle(timeout)
 
     def close(self) -> None:

@@ -303,3 +303,89 @@ def test_lone_publishes_reach_a_broadcast_subscriber_from_when_it_joins(bus: Bus
     assert reader.receive(timeout=5).message == "after"
     assert [group.receive(timeout=5).message for _ in range(2)] == ["before", "after"]
     assert topic.stats().published == 2
+
+
+@pytest.mark.parametrize("attributes", [["x"], {"n": 1}, {1: "v"}, "k=v", {"k": None}])
+def test_publish_refuses_attributes_that_are_not_str_to_str_and_leaves_nothing_behind(
+    bus: Bus, attributes: object,
+) -> None:
+    topic = bus.create_topic("orders", max_pending=1)
+    topic.subscribe(lambda delivery: delivery.ack(), group="billing")
+
+    with pytest.raises(TypeError, match="attributes"):
+        topic.publish("order", attributes=attributes)  # type: ignore[arg-type]
+
+    assert topic.stats().published == 0
+    assert topic.stats().pending == 0
+    assert topic.join(timeout=5.0)
+    outcome = topic.publish("next", attributes={"k": "v"}, timeout=5.0).outcome.result(5.0)
+    assert outcome.acked  # the one max_pending slot was left free
+    assert topic.stats().published == 1
+
+
+def test_publish_refuses_bad_attributes_on_every_path(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    topic.subscription()  # a broadcast reader: not the lone-message path
+
+    with pytest.raises(TypeError):
+        topic.publish("order", attributes={"n": 1})  # type: ignore[dict-item]
+
+    assert topic.stats().published == 0
+    assert topic.stats().pending == 0
+
+
+def test_published_attributes_are_a_copy_of_the_callers(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    seen: list[dict[str, str]] = []
+    done = threading.Event()
+
+    def handle(delivery: Delivery[str]) -> None:
+        seen.append(dict(delivery.attributes))
+        delivery.ack()
+        done.set()
+
+    topic.subscribe(handle, group="billing")
+    attributes = {"k": "v"}
+
+    topic.publish("order", attributes=attributes)
+    attributes["k"] = "changed"
+
+    assert done.wait(5.0)
+    assert seen == [{"k": "v"}]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_timeouts_are_refused_before_anything_is_sent(bus: Bus, timeout: float) -> None:
+    topic = bus.create_topic("orders", max_pending=1)
+    topic.subscribe(lambda delivery: delivery.ack(), group="billing")
+
+    with pytest.raises(ValueError, match="timeout"):
+        topic.publish("order", timeout=timeout)
+    with pytest.raises(ValueError, match="timeout"):
+        topic.join(timeout=timeout)
+
+    assert topic.stats().published == 0
+    assert topic.stats().pending == 0
+
+
+def test_a_publish_waiting_for_room_counts_as_published_only_once_it_enters(bus: Bus) -> None:
+    topic = bus.create_topic("orders", max_pending=1)
+    release = threading.Event()
+
+    def hold(delivery: Delivery[str]) -> None:
+        release.wait(10)
+        delivery.ack()
+
+    topic.subscribe(hold, group="billing")
+    topic.publish("first")
+
+    with _publishing(topic, "second") as second:
+        wait_until(lambda: topic.held_by() is not None, 5.0)
+        waiting = topic.stats().published
+        release.set()
+        second.result(5.0)
+
+    assert waiting == 1
+    assert topic.join(timeout=5.0)
+    assert topic.stats().published == 2
+    assert topic.stats().delivered == 2
