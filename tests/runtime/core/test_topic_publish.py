@@ -12,6 +12,7 @@ from support.reliability import wait_until
 
 from runtime import Bus, Delivery, Nack, Outcome, PublishReport, Topic
 from runtime.core._publishing import PartlyPublished
+from runtime.core._topic_actor import batch_ids
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 
@@ -221,7 +222,7 @@ def test_a_batch_blocked_midway_on_max_pending_keeps_its_accepted_part_when_clos
 ) -> None:
     topic = bus.create_topic("orders", max_pending=3, ack_timeout=None)
     topic.create_group("held")  # no member: what enters stays pending
-    batch = topic._publish_parts([b"%d" % n for n in range(5)], [{}] * 5, [None] * 5)
+    batch = batch_ids(topic._publish_batches([([b"%d" % n for n in range(5)], [{}] * 5, [None] * 5)]))
     assert wait_until(lambda: topic.stats().pending == 3, 10.0)
     assert not batch.done()  # the other two wait for a slot
 
