@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import ActorSystem, Ref
@@ -36,7 +37,15 @@ __all__ = ["Topic"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# The time a close gives the topic's tracker and actors (`Bus.close`: all topics
+# together). Longer lets a slow handler finish and settle "ok"; shorter bounds how long
+# a stuck one holds the caller. Re-measure with tests/reliability/test_shutdown.py.
 _STOP_TIMEOUT = 5.0
+# Past the budget: the least wait for one more step (a tracker still making progress,
+# an actor's stop), so a close that ran out of time still ends each step in order.
+_MIN_SLICE = 0.05
+# The least time a worker pool gets to stop: its processes exit before they are killed.
+_POOL_FLOOR = 1.0
 
 
 class Topic(BatchSeam, Subscribing[T]):
@@ -89,6 +98,7 @@ class Topic(BatchSeam, Subscribing[T]):
         self._actor: Ref = system.spawn(TopicActor, self._path, name=f"{self._prefix}/topic")
         self._state_lock = threading.Lock()
         self._torn_down = False
+        self._pools_stopped = False
 
     def __repr__(self) -> str:
         return f"Topic(name={self._name!r}, closed={self.closed})"
@@ -190,9 +200,16 @@ class Topic(BatchSeam, Subscribing[T]):
         once queued and handed-over deliveries are dead-lettered; subscribers and dead
         letters are kept.
         """
+        if self._close_admission():
+            self._await_sweep(self._ask_sweep(), None)
+
+    def _close_admission(self) -> bool:
+        """Refuse publishes and subscribes, wake every blocked publisher, end the groups'
+        queues and the ring (``closed``); False when the topic was closed already. Never
+        waits for a handler: what members hold is left to the sweep."""
         with self._state_lock:
             if self._ledger.closed:
-                return
+                return False
             self._ledger.close()
         unread = self._ring.close()
         if unread:
@@ -200,50 +217,105 @@ class Topic(BatchSeam, Subscribing[T]):
                 [Delivery.settled(e, sid, None, 0, "closed") for sid, e in unread]
             )
         self._subscribers.close()
-        self._await_sweep()
+        return True
 
-    def _await_sweep(self) -> None:
+    def _ask_sweep(self) -> Future[Any] | None:
         """Have the tracker force-nack what is handed over, after the settlements it has
-        queued. A tracker still working through a backlog (500k released leases took it
-        ~4 s) is waited for; one gone, or one that settled nothing for a whole `_STOP_TIMEOUT`
-        (a dead-letter callback that blocks), is bypassed: the books are swept here."""
+        queued; None when the tracker is gone (its system gave up)."""
         try:
-            reply = self._tracker.ask(SWEEP)
+            return self._tracker.ask(SWEEP)
+        except ActorError:
+            return None
+
+    def _await_sweep(self, reply: Future[Any] | None, deadline: float | None) -> None:
+        """Wait for the sweep ``reply``, for as long as the tracker makes progress (a
+        backlog of settlements takes what it takes). A tracker gone, or one that settled
+        nothing for a slice (`_STOP_TIMEOUT`, or what is left before ``deadline``: a
+        dead-letter callback that blocks), is bypassed: the books are swept here."""
+        if reply is not None:
             progress = self._ledger.stats()
             while True:
+                wait = _STOP_TIMEOUT if deadline is None else min(
+                    _STOP_TIMEOUT, max(deadline - time.monotonic(), _MIN_SLICE))
                 try:
-                    reply.result(_STOP_TIMEOUT)
+                    reply.result(wait)
                     return
                 except TimeoutError:
                     now = self._ledger.stats()
                     if now == progress:
                         break
                     progress = now
-            logger.warning("topic %s: its tracker settled nothing for %.0f s; closing "
-                           "without it", self._name, _STOP_TIMEOUT)
-        except ActorError:  # the tracker is gone (its system gave up)
-            pass
+                except ActorError:  # the tracker stopped meanwhile
+                    break
+            logger.warning("topic %s: its tracker settled nothing for %.1f s; closing "
+                           "without it", self._name, wait)
         self._ledger.sweep("closed")
 
     def _shutdown(self, timeout: float = _STOP_TIMEOUT) -> None:
-        """Close, then stop every actor of the topic (subscribers first, tracker last)."""
+        """Close, then stop every actor of the topic, all within ``timeout`` seconds
+        (`Bus.close` runs the same steps for every topic at once)."""
+        deadline = time.monotonic() + timeout
+        self._refuse_publishers()
+        self._close_publishers(deadline)
+        nacked = self._ledger.stats().nacked
+        if self._close_admission():
+            self._await_sweep(self._ask_sweep(), deadline)
+        self._report_forced(nacked)
+        self._stop_pools(deadline)
+        self._stop_actors(deadline)
+
+    def _refuse_publishers(self) -> None:
+        """Have every Publisher refuse new publishes (blocked ones raise code 9)."""
+        with self._state_lock:
+            publishers = list(self._publishers)
+        for publisher in publishers:
+            publisher._refuse()
+
+    def _close_publishers(self, deadline: float) -> None:
+        """Flush and close the Publishers by ``deadline`` (`close_publishers`)."""
         with self._state_lock:
             publishers, self._publishers = self._publishers, []
         close_publishers(
             publishers, held=lambda: self.held_by() is not None, release=self.close,
-            timeout=timeout,
+            deadline=deadline,
         )
-        self.close()
+
+    def _report_forced(self, nacked_before: int) -> None:
+        """Log (WARNING) how many settlements the close force-nacked, if any."""
+        forced = self._ledger.stats().nacked - nacked_before
+        if forced > 0:
+            logger.warning("topic %s closed with %d deliveries unsettled: force-nacked as "
+                           "'closed' (see its dead letters)", self._name, forced)
+
+    def _stop_pools(self, deadline: float) -> None:
+        """Stop the worker pools by ``deadline`` (each gets at least `_POOL_FLOOR`)."""
+        with self._state_lock:
+            if self._pools_stopped:
+                return
+            self._pools_stopped = True
+        self._subscribers.stop_pools(max(deadline - time.monotonic(), _POOL_FLOOR))
+
+    def _stop_actors(self, deadline: float) -> None:
+        """Stop every actor of the topic, subscribers first and the tracker last, by
+        ``deadline``: an actor stuck in a handler gets what is left (at least
+        `_MIN_SLICE`), then is given up (its mail goes to the system's dead letters)."""
         with self._state_lock:
             if self._torn_down:
                 return
             self._torn_down = True
-        self._subscribers.stop_pools(timeout)
+        stuck = []
         for ref in [*self._subscribers.refs(), self._actor, self._tracker]:
+            wait = max(deadline - time.monotonic(), _MIN_SLICE)
+            started = time.monotonic()
             try:
-                ref.stop(timeout=timeout)
+                ref.stop(timeout=wait)
             except Exception:
                 continue
+            if time.monotonic() - started >= wait:  # it did not stop: it was given up
+                stuck.append(ref.name)
+        if stuck:
+            logger.warning("topic %s: %s did not stop in time (a handler that does not "
+                           "return); given up", self._name, ", ".join(stuck))
 
     def held_by(self) -> str | None:
         """What a publish would wait for now (``max_pending``, a full group, a broadcast

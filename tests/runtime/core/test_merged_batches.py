@@ -153,7 +153,7 @@ class RoomPath:
 def _run(system: ActorSystem, path: Any, *batches: tuple[list[int], str | None]) -> list[Any]:
     """Tell one `PublishBatches` of ``batches`` (numbers, key) to a topic actor; its outcomes."""
     replied: Future[list[Any]] = Future()
-    parts = [([b"%d" % n for n in numbers], [{} for _ in numbers], [key for _ in numbers])
+    parts: list[Any] = [([b"%d" % n for n in numbers], [{} for _ in numbers], [key for _ in numbers])
              for numbers, key in batches]
     system.spawn(TopicActor, path).tell(PublishBatches(parts, replied))
     return replied.result(10.0)
