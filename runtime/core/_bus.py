@@ -63,6 +63,7 @@ class Bus:
         self._closed = False
         self._servers: list[BusServer] = []
         self._closers: list[threading.Thread] = []
+        self._handling = threading.local()  # per thread: the topic whose handler it runs
         self._unwatch = self._system.events.subscribe(self._on_event)
 
     def __enter__(self) -> Bus:
@@ -108,6 +109,7 @@ class Bus:
             topic: Topic[Any] = Topic(
                 name, merged, system=self._system, timer=self._timer, resolve=self._resolve,
                 clock=self._clock, sleep=self._sleep, prefix=self._prefix,
+                handling=self._handling,
             )
             self._topics[name] = topic
             return topic

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from runtime.core.settlement._ledger import Ledger
@@ -21,6 +22,7 @@ class Subscribing(Generic[T]):
     _name: str
     _ledger: Ledger
     _subscribers: Subscribers
+    _handles: Callable[[Handler], Handler]
 
     def _check_open(self) -> None:
         """Raise `TopicClosedError` once the topic is closed."""
@@ -55,7 +57,7 @@ class Subscribing(Generic[T]):
         self._check_open()
         if workers and group is not None:
             return self._subscribers.subscribe_workers(handler, group, auto_ack, workers, prefetch)
-        return self._subscribers.subscribe(handler, group, auto_ack, prefetch)
+        return self._subscribers.subscribe(self._handles(handler), group, auto_ack, prefetch)
 
     def subscription(self, *, group: str | None = None, prefetch: int = 1) -> PullSubscription[T]:
         """A pull subscription: a broadcast reader (``group=None``) or a group member.

@@ -26,8 +26,10 @@ from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._timer import Timer
 from runtime.core.settlement._tracker import SWEEP, TICK, TrackerActor
+from runtime.core.subscribers._member import Handler
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscribers import Subscribers
+from runtime.errors import WouldBlock
 
 if TYPE_CHECKING:
     from runtime.publisher._publisher import Publisher
@@ -46,6 +48,10 @@ _STOP_TIMEOUT = 5.0
 _MIN_SLICE = 0.05
 # The least time a worker pool gets to stop: its processes exit before they are killed.
 _POOL_FLOOR = 1.0
+# The longest a handler's publish without a timeout waits when its topic has no
+# ``ack_timeout`` (with one, that is the bound). Longer tolerates slower downstream
+# stages; shorter reports a cycle sooner.
+_HANDLER_WAIT = 30.0
 
 
 class Topic(BatchSeam, Subscribing[T]):
@@ -59,8 +65,11 @@ class Topic(BatchSeam, Subscribing[T]):
         self, name: str, settings: TopicSettings, *, system: ActorSystem, timer: Timer,
         resolve: Callable[[Any], Topic[Any]], clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Any] = time.sleep, prefix: str = "bus",
+        handling: threading.local | None = None,
     ) -> None:
         self._name = name
+        # Per thread of the bus: the topic whose handler it runs (`_handles`).
+        self._handling = threading.local() if handling is None else handling
         self._settings = settings
         self._system = system
         self._clock = clock
@@ -143,7 +152,61 @@ class Topic(BatchSeam, Subscribing[T]):
                 is not a `str` (nothing of the publish is left behind).
             ValueError: ``timeout`` is NaN or infinite (nothing was sent).
         """
+        if timeout is None:
+            handling: Topic[Any] | None = getattr(self._handling, "topic", None)
+            if handling is not None:  # a handler's publish: bounded, never a hang
+                return self._publish_from_handler(handling, message, key, attributes)
         return self._path.publish_one(message, key, attributes, timeout)
+
+    def _publish_from_handler(
+        self, handling: Topic[Any], message: Any, key: str | None,
+        attributes: dict[str, str] | None,
+    ) -> PublishReport:
+        """A publish without a timeout from a handler of ``handling``: it waits at most
+        that topic's ``ack_timeout`` (`_HANDLER_WAIT` without one; the delivery expires
+        meanwhile anyway). Topics that feed each other through full groups (or a
+        handler publishing into its own full topic) would otherwise wait forever: each
+        handler waits for room only the other's handler can make.
+
+        Raises:
+            WouldBlock: the wait ran out; it names the topics of the cycle.
+        """
+        bound = handling.settings.ack_timeout or _HANDLER_WAIT
+        started = time.monotonic()
+        try:
+            return self._path.publish_one(message, key, attributes, bound)
+        except WouldBlock as exc:
+            if time.monotonic() - started < bound:
+                raise  # refused sooner, with its own reason (a group's own member)
+            held = self.held_by() or "it has no room"
+            if handling is self:
+                raise WouldBlock(
+                    f"a handler of topic {self._name!r} waited {bound:g} s to publish into "
+                    f"its own topic ({held}): only its own progress can make room; pass "
+                    f"publish(timeout=) or make room") from exc
+            raise WouldBlock(
+                f"a handler of topic {handling.name!r} waited {bound:g} s to publish to "
+                f"topic {self._name!r} ({held}): a cycle if {self._name!r}'s handlers wait "
+                f"on {handling.name!r} in turn; pass publish(timeout=) or make room"
+            ) from exc
+
+    def _handles(self, handler: Handler) -> Handler:
+        """``handler``, marking its thread as one running a handler of this topic (one
+        store per delivery; a member's thread runs one handler only), so a publish from
+        it is bounded (`_publish_from_handler`) and a flush can ask (`_handling_topic`)."""
+        handling = self._handling
+
+        def marked(delivery: Delivery[Any]) -> Any:
+            handling.topic = self
+            return handler(delivery)
+
+        return marked
+
+    def _handling_topic(self) -> Topic[Any] | None:
+        """The topic of this bus whose handler the calling thread runs (None: none), for
+        a blocking call that must not wait on its own topic forever (a flush)."""
+        topic: Topic[Any] | None = getattr(self._handling, "topic", None)
+        return topic
 
     def publisher(self, **options: Any) -> Publisher:
         """A batching `Publisher` for this topic (options: see `runtime.Publisher`).

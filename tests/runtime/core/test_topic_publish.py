@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 
@@ -390,3 +391,59 @@ def test_a_publish_waiting_for_room_counts_as_published_only_once_it_enters(bus:
     assert topic.join(timeout=5.0)
     assert topic.stats().published == 2
     assert topic.stats().delivered == 2
+
+
+def test_topics_feeding_each_other_raise_a_bounded_wait_that_names_the_cycle() -> None:
+    errors: list[WouldBlock] = []
+    raised = threading.Event()
+
+    def forward(target: Topic[str]) -> Callable[[Delivery[str]], None]:
+        def handle(delivery: Delivery[str]) -> None:
+            try:
+                for _ in range(3):
+                    target.publish("x")  # no timeout: a cycle would wait forever
+            except WouldBlock as exc:
+                errors.append(exc)
+                raised.set()
+                raise
+            delivery.ack()
+        return handle
+
+    with Bus() as bus:
+        a = bus.create_topic("a", balanced_capacity=1, ack_timeout=0.5)
+        b = bus.create_topic("b", balanced_capacity=1, ack_timeout=0.5)
+        a.subscribe(forward(b), group="g", prefetch=1)
+        b.subscribe(forward(a), group="g", prefetch=1)
+        with contextlib.suppress(WouldBlock):
+            for _ in range(4):
+                a.publish("seed", timeout=2.0)
+
+        assert raised.wait(20.0)  # before: both handlers waited for good
+
+    text = str(errors[0])
+    assert "a handler of topic" in text and "cycle" in text
+    assert {"'a'", "'b'"} <= {word.strip(":,()") for word in text.split()}
+
+
+def test_a_handler_publishing_into_its_own_full_topic_gets_a_bounded_wait() -> None:
+    errors: list[WouldBlock] = []
+    raised = threading.Event()
+
+    with Bus() as bus:
+        # max_pending: the slot the handler waits for frees only when it returns.
+        topic = bus.create_topic("loop", max_pending=1, ack_timeout=0.5)
+
+        def handle(delivery: Delivery[str]) -> None:
+            try:
+                for _ in range(3):
+                    topic.publish("again")
+            except WouldBlock as exc:
+                errors.append(exc)
+                raised.set()
+
+        topic.subscribe(handle, group="g", prefetch=1)
+        topic.publish("first", timeout=2.0)
+
+        assert raised.wait(20.0)
+
+    assert "a handler of topic 'loop' waited 0.5 s to publish into its own topic" in str(errors[0])
