@@ -92,7 +92,7 @@ class FanOut:
         instead of a copy of its loop was within noise of that (six runs a side).
         """
         admitted = self._take_room(groups, 1, key is not None, False, deadline)
-        outcome: Future[Outcome] = MessageFuture()  # not `MessageFuture[Outcome]()`: +0.26 µs
+        outcome: Future[Outcome] = MessageFuture()
         seq = self._take_seqs(1)
         try:
             self._ledger.reserve_one(seq, len(groups), outcome)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
-from runtime.core._future import MessageFuture, fail_future, touch_mark
+from runtime.core._future import MessageFuture, fail_future
 from runtime.publisher._flow_control import FlowGate
 
 __all__ = ["YIELD_EVERY", "YIELD_ROWS", "Columns", "Intake", "Row", "reap", "uncounted"]
@@ -78,8 +78,8 @@ class Intake:
         # `publish` to reuse: a publisher pops one, the actor adds them (`spare_room`).
         self.spares: list[MessageFuture[str]] = []
         self._peak = 0  # see SPARES
-        # `touch_mark` read before any future of the last take was added (`take`).
-        self.since = self._mark = touch_mark()
+        # Unused since nothing is guessed from reference counts (`drop_unreachable`).
+        self.since = self._mark = None
 
     def add(self, row: Row) -> bool:
         """Append one message; True when the caller must tell the actor to drain."""
@@ -102,7 +102,7 @@ class Intake:
         self.armed = False
         # Every future taken now was added after the previous take read its mark: no
         # reader could touch one before that mark, only after it (`drop_unreachable`).
-        self.since, self._mark = self._mark, touch_mark()
+        self.since, self._mark = self._mark, None
         rows = self.rows
         end = len(rows)  # appends made meanwhile land after ``end``, whole: left for later
         columns = _columns(rows, end)
