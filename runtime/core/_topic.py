@@ -5,22 +5,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actors import ActorSystem, Ref
 from actors.errors import ActorError
+from runtime.core._block import Block
 from runtime.core._closing import close_publishers
 from runtime.core._held import holder
-from runtime.core._message import Message
+from runtime.core._message import Message, parts_of
 from runtime.core._outcome import PublishReport
 from runtime.core._publishing import PublishPath
 from runtime.core._replay import Replay
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core._stats import TopicStats
-from runtime.core._subscribing import Subscribing
-from runtime.core._topic_actor import BatchSeam, TopicActor
+from runtime.core._topic_actor import (
+    Batch,
+    BatchOutcome,
+    Parts,
+    PublishBatches,
+    TopicActor,
+    batch_ids,
+)
 from runtime.core.settlement._dead_letters import DeadLetter, DeadLetterQueue
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -29,7 +36,8 @@ from runtime.core.settlement._tracker import SWEEP, TICK, TrackerActor
 from runtime.core.subscribers._member import Handler
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscribers import Subscribers
-from runtime.errors import WouldBlock
+from runtime.core.subscribers._subscription import PullSubscription, Subscription
+from runtime.errors import InvalidSettingsError, TopicClosedError, WouldBlock
 
 if TYPE_CHECKING:
     from runtime.publisher._publisher import Publisher
@@ -54,7 +62,7 @@ _POOL_FLOOR = 1.0
 _HANDLER_WAIT = 30.0
 
 
-class Topic(BatchSeam, Subscribing[T]):
+class Topic(Generic[T]):
     """A named stream of messages with balanced groups and broadcast subscribers.
 
     Made by `Bus.create_topic`. Publishing runs in the caller's thread; the topic's
@@ -225,6 +233,135 @@ class Topic(BatchSeam, Subscribing[T]):
         with self._state_lock:
             self._publishers.append(publisher)
         return publisher
+
+    def _publish_batches(self, batches: Sequence[Batch]) -> Future[list[BatchOutcome]]:
+        """Publish ``batches`` in order, in one mailbox message: the one way a batch
+        enters the topic (Publisher, broker, Spark sink).
+
+        A batch is ``(datas, attributes, keys)`` (parallel lists; an empty key is no key),
+        or a `Block` from `_stamp_parts`. Never blocks. The future never fails: it
+        resolves, in the topic's thread (at once when the topic is closed), with one
+        `BatchOutcome` per batch in order: ``(ids, None)`` once the whole batch was
+        accepted; ``(ids, error)`` when only a prefix was (the topic closed); ``(None,
+        error)`` when none was (closed, or a check refused this batch: the others are
+        published all the same).
+        """
+        future: Future[list[BatchOutcome]] = Future()
+        with self._state_lock:
+            if not (self._ledger.closed or self._torn_down):
+                self._actor.tell(PublishBatches(batches, future))
+                return future
+        future.set_result([(None, TopicClosedError(self._name))] * len(batches))
+        return future
+
+    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
+        """`_publish_batches` of one batch of `Message` objects, as a future of its ids
+        (the `BatchTopic` face a Publisher shares with a remote topic)."""
+        return batch_ids(self._publish_batches([parts_of(messages)]))
+
+    def _stamp_parts(
+        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
+    ) -> Block:
+        """Accept a batch ahead of its publish (ids and publish time given now): a staged
+        sink part, published when its batch commits (`_publish_batches`).
+
+        Raises:
+            TopicClosedError, MessageTypeError, TypeError: the batch is refused whole.
+        """
+        return self._path.stamp_parts(datas, attributes, keys)
+
+    def _publish_run(
+        self, parts: Sequence[Parts], reply: Callable[[list[BatchOutcome]], None],
+    ) -> None:
+        """`_publish_batches` with ``reply(outcomes)`` called once, in the topic's thread
+        (in this one when the topic is closed): the call a Publisher made before
+        `_publish_batches`; a reply that raises is logged, the topic goes on."""
+        def answer(outcomes: Future[list[BatchOutcome]]) -> None:
+            try:
+                reply(outcomes.result())
+            except Exception:  # the sender's bug
+                logger.exception("the reply to a publish run of %d batches failed", len(parts))
+
+        self._publish_batches(parts).add_done_callback(answer)
+
+    def _check_open(self) -> None:
+        """Raise `TopicClosedError` once the topic is closed."""
+        if self._ledger.closed:
+            raise TopicClosedError(self._name)
+
+    def subscribe(
+        self, handler: Handler, *, group: str | None = None, workers: int = 0,
+        auto_ack: bool = False, prefetch: int | None = None,
+    ) -> Subscription:
+        """Attach ``handler(delivery)``: a broadcast subscriber, or a member of ``group``.
+
+        With ``workers=N`` (needs a group) the handler runs in N worker processes.
+        ``prefetch`` (group members): how many deliveries the group may hand a member
+        before it settles them (None: up to 32 for a thread member; two hand-overs in
+        flight for a worker process, their size growing with the backlog).
+
+        Raises:
+            TopicClosedError: the topic is closed.
+            InvalidSettingsError: ``workers`` or ``prefetch`` is not valid.
+        """
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise InvalidSettingsError("workers", f"must be an int >= 0, got {workers!r}")
+        if workers and group is None:
+            raise InvalidSettingsError("workers", "process workers need a group")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1
+        ):
+            raise InvalidSettingsError("prefetch", f"must be None or an int >= 1, got {prefetch!r}")
+        self._check_open()
+        if workers and group is not None:
+            return self._subscribers.subscribe_workers(handler, group, auto_ack, workers, prefetch)
+        return self._subscribers.subscribe(self._handles(handler), group, auto_ack, prefetch)
+
+    def subscription(self, *, group: str | None = None, prefetch: int = 1) -> PullSubscription[T]:
+        """A pull subscription: a broadcast reader (``group=None``) or a group member.
+
+        ``prefetch`` (group members): how many deliveries the group may hand this member
+        ahead of ``receive``; their ack deadlines run from that hand-over.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+            InvalidSettingsError: ``prefetch`` is not an int >= 1.
+        """
+        self._check_open()
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise InvalidSettingsError("prefetch", f"must be an int >= 1, got {prefetch!r}")
+        return self._subscribers.subscription(group, prefetch)
+
+    def _lease_member(self, group: str, prefetch: int) -> PullSubscription[T]:
+        """A pull member of ``group`` for the broker's lease log: it reads whole
+        hand-overs (`PullSubscription.receive_tranches`), no per-message object on the
+        all-acked path.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+        """
+        self._check_open()
+        return self._subscribers.subscription(group, prefetch, tranches=True)
+
+    def _queued(self, group: str) -> int:
+        """Messages ``group`` holds for its members, not handed to one yet (0: no such
+        group)."""
+        return next((h.gate.used for h in self._subscribers.handles() if h.name == group), 0)
+
+    def create_group(self, name: str) -> None:
+        """Create balanced group ``name`` with no members yet (messages wait in it)."""
+        self._check_open()
+        self._subscribers.create_group(name)
+
+    def groups(self) -> list[str]:
+        """The balanced groups' names."""
+        return self._subscribers.names()
+
+    def delete_group(self, name: str) -> None:
+        """Remove a group; what waits in it is dead-lettered ``unsubscribed``."""
+        self._subscribers.delete_group(name)
 
     def _sync(self, timeout: float | None = 5.0) -> None:
         """Return once every settlement made before the call has been applied to the stats.

@@ -1,25 +1,22 @@
-"""The topic actor, which runs batches through the topic's publish path, and `BatchSeam`,
-the topic's one batch entry point (`BatchSeam._publish_batches`) that feeds it."""
+"""The topic actor, which runs batches through the topic's publish path, in the order
+`Topic._publish_batches` sent them, and the batch records they exchange."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from actors import Actor, Ref
+from actors import Actor
 from runtime.core._block import Block, Runs
-from runtime.core._message import Message, parts_of
 from runtime.core._publishing import PartlyPublished, PublishPath
-from runtime.core.settlement._ledger import Ledger
-from runtime.errors import MessageTypeError, TopicClosedError
+from runtime.errors import MessageTypeError
 
 __all__ = [
-    "Batch", "BatchOutcome", "BatchSeam", "Parts", "PublishBatches", "TopicActor", "batch_ids",
+    "Batch", "BatchOutcome", "Parts", "PublishBatches", "TopicActor", "batch_ids",
 ]
 
 logger = logging.getLogger(__name__)
@@ -31,8 +28,8 @@ _MAX_MERGED = 16
 BatchOutcome = tuple["Sequence[str] | None", "BaseException | None"]
 # A batch as parallel lists: data, attributes and key per message.
 Parts = tuple["list[bytes]", "list[dict[str, str]]", "Sequence[str | None]"]
-# What `BatchSeam._publish_batches` takes: parts, or a batch accepted ahead of its publish
-# (`BatchSeam._stamp_parts`, a broker's staged sink rows).
+# What `Topic._publish_batches` takes: parts, or a batch accepted ahead of its publish
+# (`Topic._stamp_parts`, a broker's staged sink rows).
 Batch = Parts | Block
 
 # A check that refuses a batch before any of it is taken: it fails alone.
@@ -171,68 +168,6 @@ def _merged_keys(columns: list[Sequence[str | None]]) -> Sequence[str | None]:
 def _given(error: BaseException | None) -> BaseException:
     assert error is not None  # a batch lacks ids only when publishing failed
     return error
-
-
-class BatchSeam:
-    """The topic's batch entry point (a part of `Topic` over its name, path, actor and
-    state): every call tells the topic actor and never blocks."""
-
-    _name: str
-    _path: PublishPath
-    _actor: Ref
-    _ledger: Ledger
-    _state_lock: threading.Lock
-    _torn_down: bool
-
-    def _publish_batches(self, batches: Sequence[Batch]) -> Future[list[BatchOutcome]]:
-        """Publish ``batches`` in order, in one mailbox message: the one way a batch
-        enters the topic (Publisher, broker, Spark sink).
-
-        A batch is ``(datas, attributes, keys)`` (parallel lists; an empty key is no key),
-        or a `Block` from `_stamp_parts`. Never blocks. The future never fails: it
-        resolves, in the topic's thread (at once when the topic is closed), with one
-        `BatchOutcome` per batch in order: ``(ids, None)`` once the whole batch was
-        accepted; ``(ids, error)`` when only a prefix was (the topic closed); ``(None,
-        error)`` when none was (closed, or a check refused this batch: the others are
-        published all the same).
-        """
-        future: Future[list[BatchOutcome]] = Future()
-        with self._state_lock:
-            if not (self._ledger.closed or self._torn_down):
-                self._actor.tell(PublishBatches(batches, future))
-                return future
-        future.set_result([(None, TopicClosedError(self._name))] * len(batches))
-        return future
-
-    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
-        """`_publish_batches` of one batch of `Message` objects, as a future of its ids
-        (the `BatchTopic` face a Publisher shares with a remote topic)."""
-        return batch_ids(self._publish_batches([parts_of(messages)]))
-
-    def _stamp_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> Block:
-        """Accept a batch ahead of its publish (ids and publish time given now): a staged
-        sink part, published when its batch commits (`_publish_batches`).
-
-        Raises:
-            TopicClosedError, MessageTypeError, TypeError: the batch is refused whole.
-        """
-        return self._path.stamp_parts(datas, attributes, keys)
-
-    def _publish_run(
-        self, parts: Sequence[Parts], reply: Callable[[list[BatchOutcome]], None],
-    ) -> None:
-        """`_publish_batches` with ``reply(outcomes)`` called once, in the topic's thread
-        (in this one when the topic is closed): the call a Publisher made before
-        `_publish_batches`; a reply that raises is logged, the topic goes on."""
-        def answer(outcomes: Future[list[BatchOutcome]]) -> None:
-            try:
-                reply(outcomes.result())
-            except Exception:  # the sender's bug
-                logger.exception("the reply to a publish run of %d batches failed", len(parts))
-
-        self._publish_batches(parts).add_done_callback(answer)
 
 
 def batch_ids(outcomes: Future[list[BatchOutcome]]) -> Future[Sequence[str]]:
