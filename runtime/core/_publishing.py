@@ -159,27 +159,24 @@ class PublishPath:
         self, message: Any, key: str | None, attributes: dict[str, str] | None,
         timeout: float | None,
     ) -> PublishReport:
-        """`Topic.publish`: the whole chain for one message, each wait within ``timeout``
-        (the usual case, `publish_lone`: no ``max_pending``, no broadcast subscriber)."""
+        """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
         if key is not None and type(key) is not str:
             check_keys([key])
         # Every check before anything is taken: a refused publish leaves nothing behind.
-        attributes = checked_attributes(attributes)
-        check_timeout("timeout", timeout)
-        settings = self._settings
-        if settings.message_type is not None or self._ledger.closed:  # else nothing to check
+        attributes = {} if attributes is None else checked_attributes(attributes)
+        if self._settings.message_type is not None or self._ledger.closed:  # else no check
             self.check([message])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        groups = self._groups()
-        if groups and settings.max_pending is None and not self._ring.subscriber_count:
-            return self.publish_lone(groups, message, key or None, attributes, deadline)
-        slotted = self.admit(deadline)
-        # Accepted: its number is its id (`message_id`). It counts as published once it
-        # has room everywhere (`fan_out`): a refusal while waiting leaves no trace.
+        deadline = None
+        if timeout is not None:
+            check_timeout("timeout", timeout)
+            deadline = time.monotonic() + timeout
+        slotted = self._settings.max_pending is not None and self.admit(deadline)
+        # Its number is its id (`message_id`). It counts as published once it has room
+        # everywhere (`fan_out`): a refusal while waiting leaves no trace.
         seq = self._take_seqs(1)
         envelope: Envelope = (seq, None, message, key or None, attributes, self._topic, None)
         future: Future[Outcome] = MessageFuture()
-        balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
+        balanced, broadcast = self.fan_out((envelope,), [future], slotted, deadline)
         return new_report(str(seq), balanced, broadcast, future)
 
     def publish_messages(self, messages: list[Message]) -> Sequence[str]:
@@ -301,36 +298,69 @@ class PublishPath:
         self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None,
         slotted: bool, deadline: float | None,
     ) -> tuple[dict[str, str], int]:
-        """Steps 5-8 for up to ``balanced_capacity`` messages; returns (balanced, broadcast)."""
+        """Steps 5-8 for up to a chunk of messages: room in every group (and the ring),
+        the books, the hand-off; returns (balanced, broadcast).
+
+        While no broadcast subscriber reads the ring (the usual case) the ring's lock is
+        not taken: a subscriber that joins meanwhile starts after these messages, as if
+        it had joined just after the publish.
+        """
         groups = self._groups()
         keys = keys_of(envelopes)
         # A keyed message can go to one member only (stricter room; the group routes it).
         keyed = keys.count(None) != len(keys)
         admitted = self._take_room(groups, len(envelopes), keyed, slotted, deadline)
-        self._let_readers_catch_up(len(envelopes))
+        lagged: list[tuple[int, Envelope]] = []
         try:
-            with self._ring.lock:
-                self._wait_ring(len(envelopes), slotted, deadline)
-                subscribers = self._ring.subscriber_count
-                # Published from here on: it had room everywhere, nothing can refuse it now
-                # but a close (which `reserve` raises before reserving anything).
-                if not groups and not subscribers:
-                    self._ledger.count("published", len(envelopes))
-                    self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
-                    return {}, 0
-                self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted)
-                self._ledger.count("published", len(envelopes))
-                lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
+            if groups and not self._ring.subscriber_count:
+                subscribers = 0
+                self._reserve(envelopes, len(groups), futures, slotted)
+            else:
+                subscribers, lagged = self._fan_out_ring(groups, envelopes, futures, slotted,
+                                                         deadline)
+                if subscribers < 0:
+                    return {}, 0  # no destination: dead-lettered
         except BaseException:
             _give_back(groups, admitted)
             raise
-        for wake in wakes:
-            wake()
         settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged] if lagged else []
         balanced = self._enqueue(groups, admitted, envelopes, keyed and _mark(keys), settled)
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
+
+    def _reserve(
+        self, envelopes: Sequence[Envelope], destinations: int,
+        futures: list[Future[Outcome]] | None, slotted: bool,
+    ) -> None:
+        """Reserve ``destinations`` settlements per message and count them published: the
+        point past which only a close refuses them (`Ledger.reserve` raises it first)."""
+        if futures is not None and len(envelopes) == 1 and not slotted:
+            self._ledger.reserve_one(envelopes[0][0], destinations, futures[0])  # one lock
+            return
+        self._ledger.reserve(envelopes, destinations, futures, slotted)
+        self._ledger.count("published", len(envelopes))
+
+    def _fan_out_ring(
+        self, groups: list[GroupHandle], envelopes: Sequence[Envelope],
+        futures: list[Future[Outcome]] | None, slotted: bool, deadline: float | None,
+    ) -> tuple[int, list[tuple[int, Envelope]]]:
+        """`fan_out`'s books and ring write under the ring's lock: (broadcast subscribers
+        written for, entries lagged subscribers lost); -1 subscribers when there was no
+        destination at all (the messages are dead-lettered ``no_subscribers``)."""
+        self._let_readers_catch_up(len(envelopes))
+        with self._ring.lock:
+            self._wait_ring(len(envelopes), slotted, deadline)
+            subscribers = self._ring.subscriber_count
+            if not groups and not subscribers:
+                self._ledger.count("published", len(envelopes))
+                self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
+                return -1, []
+            self._reserve(envelopes, len(groups) + subscribers, futures, slotted)
+            lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
+        for wake in wakes:
+            wake()
+        return subscribers, lagged
 
     def _let_readers_catch_up(self, count: int) -> None:
         """Before overwriting unread entries of a ring that does not block, yield the GIL
@@ -339,35 +369,6 @@ class PublishPath:
             if not self._ring.would_lag(count):
                 return
             time.sleep(0)
-
-    def publish_lone(
-        self, groups: list[GroupHandle], message: Any, key: str | None,
-        attributes: dict[str, str], deadline: float | None,
-    ) -> PublishReport:
-        """One ``topic.publish`` into ``groups`` (at least one) while no broadcast
-        subscriber reads the ring and no ``max_pending`` applies: room in each group, a
-        number, one reservation (which counts it published), then the arrivals.
-
-        A subscriber that joins meanwhile starts after this message, as if it had joined
-        just after the publish. Against `fan_out` (lists, the ring's lock, a second lock
-        for the count), a publish into a group cost its thread 7.0-7.8 µs instead of
-        11.6-13.6 (/tmp/p40/pubab.py, medians of four runs a side); sharing `_enqueue`
-        instead of a copy of its loop was within noise of that (six runs a side).
-        """
-        admitted = self._take_room(groups, 1, key is not None, False, deadline)
-        outcome: Future[Outcome] = MessageFuture()
-        seq = self._take_seqs(1)
-        try:
-            self._ledger.reserve_one(seq, len(groups), outcome)
-        except BaseException:
-            _give_back(groups, admitted)
-            raise
-        envelope = (seq, None, message, key, attributes, self._topic, None)
-        settled: list[Delivery[Any]] = []
-        balanced = self._enqueue(groups, admitted, (envelope,), key or False, settled)
-        if settled:
-            self._ledger.settle(settled)
-        return new_report(str(seq), balanced, 0, outcome)
 
     def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
         """With a blocking ring, wait (ring lock held) for room; a refusal gives the
