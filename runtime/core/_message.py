@@ -13,9 +13,8 @@ class _NoAttributes(dict[str, str]):
     """An empty attributes dict that refuses changes: one shared by every message
     published without attributes.
 
-    A fresh ``{}`` per message was half the objects the parent allocated per message on
-    the Publisher path, so half its garbage-collector runs (each full run walks every
-    message still in flight). Being shared, it must not change: every mutator raises
+    A fresh ``{}`` per message would be one more object per message for the garbage
+    collector to walk while the message is in flight. Being shared, it must not change: every mutator raises
     `TypeError`. It copies and pickles as a plain empty dict, and what leaves the
     process carries a plain ``{}`` instead (`Message` pickles so; so do dead letters):
     a peer's restricted unpickler, such as the broker's, reads no ``builtins.dict``.
@@ -91,8 +90,8 @@ def new_message(data: bytes, attributes: dict[str, str], ordering_key: str | Non
     """Build a `Message` from values already validated, on the per-message hot path.
 
     Sets the slots directly instead of going through the frozen dataclass ``__init__``
-    (which pays ``object.__setattr__`` per field): about 0.4 µs instead of 1 µs. The
-    result is an ordinary, immutable `Message`.
+    (which pays ``object.__setattr__`` per field). The result is an ordinary, immutable
+    `Message`, equal to one built by ``Message(...)``.
     """
     message = _new(Message)
     _set_data(message, data)

@@ -25,7 +25,10 @@ from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 __all__ = ["Oversized", "PartlyPublished", "PublishPath", "check_keys"]
 
-# The largest chunk `PublishPath.room` makes (a Publisher's run of 16 batches of 100 fits).
+# The largest chunk `PublishPath.room` makes (a Publisher's run of 16 batches of 100
+# fits). Larger chunks cost the parent fewer reservations and arrivals per message but
+# hand one group more at once; re-measure with ``python -m benchmarks --only
+# pipeline_pool`` (its ordered rows).
 MAX_CHUNK = 4096
 
 _KEY_TYPES = frozenset({str, type(None)})

@@ -21,7 +21,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Batches published together, at most.
+# Batches published together, at most: more merges more of an ordered Publisher's small
+# batches into one fan-out, but a refusal then answers more batches at once; re-measure
+# with ``python -m benchmarks --only pipeline_pool`` (its ordered rows).
 _MAX_MERGED = 16
 
 # A batch's ids, or why it failed (both: the topic accepted only a prefix of it).
