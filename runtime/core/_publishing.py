@@ -182,10 +182,6 @@ class PublishPath:
         balanced, broadcast = self.fan_out((envelope,), [future], slotted, deadline)
         return new_report(str(seq), balanced, broadcast, future)
 
-    def publish_messages(self, messages: list[Message]) -> Sequence[str]:
-        """`publish_parts` for prepared `Message` objects (an empty key is no key)."""
-        return self.publish_parts(*parts_of(messages))
-
     def refuse(self, message: Message, reason: str, error: str | None) -> None:
         """Dead-letter a Publisher message refused on its way in, under an id of its own."""
         envelope = self.envelopes(*parts_of([message]))[0]
