@@ -247,7 +247,10 @@ class PublishPath:
         chunk, groups = self.chunk, self._groups()
         if not groups or self._ring.subscriber_count:
             return chunk
-        return max(chunk, min(MAX_CHUNK, *(group.gate.free(keyed) for group in groups)))
+        least = MAX_CHUNK
+        for group in groups:
+            least = min(least, group.gate.free(keyed))
+        return max(chunk, least)
 
     def _publish_chunks(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
         """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
@@ -268,7 +271,7 @@ class PublishPath:
             try:
                 if max_pending is not None:
                     count = self._ledger.take_slots(count, max_pending)
-                self._send_counted(envelopes[start:start + count], slotted=max_pending is not None)
+                self.fan_out(envelopes[start:start + count], None, max_pending is not None, None)
             except Oversized:
                 fitted = True  # nothing was taken: again, in chunks that fit the ring
                 continue
@@ -281,17 +284,10 @@ class PublishPath:
         """`_publish_chunks` one message at a time, each through the throttle."""
         for index, envelope in enumerate(envelopes):
             try:
-                self._send_counted([envelope], admit=True)
+                self.fan_out((envelope,), None, self.admit(None), None)
             except (WouldBlock, TopicClosedError) as exc:
                 return index, exc
         return len(envelopes), None
-
-    def _send_counted(
-        self, envelopes: Sequence[Envelope], *, admit: bool = False, slotted: bool = False,
-    ) -> None:
-        """Fan ``envelopes`` out, holding ``max_pending`` slots (``slotted``) or taking
-        one first (``admit``); `fan_out` counts them published once they have room."""
-        self.fan_out(envelopes, None, self.admit(None) if admit else slotted, None)
 
     def fan_out(
         self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None,

@@ -390,7 +390,8 @@ class Topic(Generic[T]):
         Raises:
             ValueError: ``timeout`` is NaN or infinite.
         """
-        check_timeout("timeout", timeout)
+        if timeout is not None:
+            check_timeout("timeout", timeout)
         return self._ledger.wait_idle(timeout)
 
     def close(self) -> None:
