@@ -17,6 +17,7 @@ from typing import Any
 from runtime.broker._staged_rows import Stamped
 from runtime.core._block import join_envelopes
 from runtime.core._message import Message
+from runtime.core._topic_actor import batch_ids
 from runtime.errors import TopicClosedError, WouldBlock
 
 __all__ = ["WAIT_SLICE", "PublishWaiting", "dead_letter"]
@@ -82,7 +83,7 @@ class PublishWaiting:
             dead_letter(topic, message, error)
         parts = [part.envelopes for part in staged if part.envelopes]
         envelopes = join_envelopes(parts) if parts else []
-        return [topic._publish_envelopes(envelopes[i:i + _PUBLISH_CHUNK])
+        return [batch_ids(topic._publish_batches([envelopes[i:i + _PUBLISH_CHUNK]]))
                 for i in range(0, len(envelopes), _PUBLISH_CHUNK)], len(envelopes)
 
     def publish_parts(
@@ -91,8 +92,9 @@ class PublishWaiting:
     ) -> list[str]:
         """Publish a batch given as its parts; returns the ids in order."""
         return self.wait_published(topic, len(datas), [
-            topic._publish_parts(datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
-                                 keys[i:i + _PUBLISH_CHUNK])
+            batch_ids(topic._publish_batches([(
+                datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
+                keys[i:i + _PUBLISH_CHUNK])]))
             for i in range(0, len(datas), _PUBLISH_CHUNK)])
 
     def wait_published(

@@ -30,6 +30,10 @@ __all__ = ["Bus"]
 
 logger = logging.getLogger(__name__)
 
+# The time `close` gives all topics together to settle and stop (see `Topic`'s stop
+# timeout for what it trades).
+_CLOSE_BUDGET = 5.0
+
 
 class Bus:
     """Named topics sharing an `ActorSystem` (its own unless one is given) and a timer.
@@ -63,6 +67,7 @@ class Bus:
         self._closed = False
         self._servers: list[BusServer] = []
         self._closers: list[threading.Thread] = []
+        self._handling = threading.local()  # per thread: the topic whose handler it runs
         self._unwatch = self._system.events.subscribe(self._on_event)
         self._redis = redis
         self._allow = tuple(allow)
@@ -116,6 +121,7 @@ class Bus:
             topic: Topic[Any] = Topic(
                 name, merged, system=self._system, timer=self._timer, resolve=self._resolve,
                 clock=self._clock, sleep=self._sleep, prefix=self._prefix,
+                handling=self._handling,
             )
             self._topics[name] = topic
             return topic
@@ -198,6 +204,11 @@ class Bus:
     def close(self) -> None:
         """Close every topic, stop their actors and the timer; idempotent.
 
+        One budget for the whole bus (`Topic`'s stop timeout, a few seconds), however
+        many topics: Publishers are flushed, then every topic's admission closes at once
+        (every blocked publisher wakes and raises), then every tracker sweeps what is
+        still pending (force-nacked ``closed``, logged at WARNING per topic), then the
+        actors stop, a handler that does not return given up once the budget is spent.
         Shuts the actor system down only if the bus created it.
         """
         with self._lock:
@@ -206,13 +217,26 @@ class Bus:
             self._closed = True
             topics = list(self._topics.values())
             servers, self._servers = self._servers, []
+        deadline = time.monotonic() + _CLOSE_BUDGET
         self._unwatch()
         for closer in self._closers:
-            closer.join(timeout=10.0)
+            closer.join(timeout=max(deadline - time.monotonic(), 0.0))
         for server in servers:
             server.close()
+        for topic in topics:
+            topic._refuse_publishers()
+        for topic in topics:
+            topic._close_publishers(deadline)
+        nacked = [topic.stats().nacked for topic in topics]
+        closing = [topic for topic in topics if topic._close_admission()]
+        for topic, reply in [(topic, topic._ask_sweep()) for topic in closing]:
+            topic._await_sweep(reply, deadline)
+        for topic, before in zip(topics, nacked, strict=True):
+            topic._report_forced(before)
+        for topic in topics:
+            topic._stop_pools(deadline)
         for topic in reversed(topics):
-            topic._shutdown()
+            topic._stop_actors(deadline)
         self._timer.stop()
         if self._redis_backend is not None:
             self._redis_backend[0].close()

@@ -17,9 +17,9 @@ _SLICE = 0.05
 
 def close_publishers(
     publishers: list[Publisher], *, held: Callable[[], bool], release: Callable[[], None],
-    timeout: float,
+    deadline: float,
 ) -> None:
-    """Flush and close ``publishers`` within ``timeout`` seconds in total.
+    """Flush and close ``publishers`` by ``deadline`` (`time.monotonic`) in total.
 
     Every Publisher refuses new publishes first (blocked ones raise code 9). Each flush
     then gets what is left of the budget, as long as it makes progress. When the topic
@@ -29,7 +29,6 @@ def close_publishers(
     the rest fails with `TopicClosedError` (it was never published), and the remaining
     flushes return at once. Never raises.
     """
-    deadline = time.monotonic() + timeout
     for publisher in publishers:
         publisher._refuse()  # first, so a released flush lets no blocked publish in
     for publisher in publishers:

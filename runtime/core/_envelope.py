@@ -1,6 +1,6 @@
 """The topic's record of one accepted message, shared by all of its deliveries.
 
-An envelope is a plain tuple (a tuple costs a fifth of a slots object); read it with the
+An envelope is a plain tuple (cheaper to build than an object with slots); read it with the
 index constants below. Publisher messages accepted together are kept as one `Block` of
 columns, which builds an envelope only where one is read.
 ``stamp_time`` is None for a plain ``publish(obj)``: the payload is the object itself.
@@ -11,9 +11,8 @@ someone reads it (`message_of`), so an unread message costs no object of its own
 
 A message's id is its sequence number in decimal, and its envelope holds None for it:
 read it with `message_id`. Only a replayed dead letter, which keeps its message's id
-under a new (negative) number, holds the id itself. An id string per message, built
-with the envelope and alive until its last delivery settles, took the topic ~10 of the
-~20 µs an envelope batch of 100 took to build (`MessageIds` spells ids when read).
+under a new (negative) number, holds the id itself: no id string lives per message
+while it is in flight (`MessageIds` spells ids when read).
 """
 
 from __future__ import annotations
@@ -40,8 +39,9 @@ TOPIC: Final = 5
 STAMP_TIME: Final = 6
 
 # A message's id is its sequence number in decimal. Ids of consecutive numbers are built
-# as a prefix and a suffix from this table: half the time of str() per number (100 ids:
-# 4.3 against 8.4 µs), one of the costs per message of every Publisher batch.
+# as a prefix and a suffix from this table instead of one str() per number (a cost per
+# message of every Publisher batch whose ids are read; `message_ids` is checked against
+# str() in tests/runtime/core/test_message_ids.py).
 _SUFFIXES = tuple(f"{n:03d}" for n in range(1000))
 
 

@@ -27,7 +27,9 @@ def holder(
         return f"topic {topic!r} has {ledger.pending} pending messages (max_pending {max_pending})"
     for group in groups:
         gate = group.gate
-        if gate.full():
+        # Either limit: an unkeyed publish waits at the room all members lend, a keyed
+        # one at the least one member lends; neither is assumed the stricter.
+        if not gate.free(False) or not gate.free(True):
             return (f"group {group.name!r} of topic {topic!r} is full ({gate.used} messages "
                     f"waiting, balanced_capacity {gate.capacity})")
     slowest = ring.slowest() if ring.blocking else None

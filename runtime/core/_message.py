@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-__all__ = ["NO_ATTRIBUTES", "Message", "new_message", "parts_of"]
+__all__ = ["NO_ATTRIBUTES", "Message", "checked_attributes", "new_message", "parts_of"]
 
 
 class _NoAttributes(dict[str, str]):
     """An empty attributes dict that refuses changes: one shared by every message
     published without attributes.
 
-    A fresh ``{}`` per message was half the objects the parent allocated per message on
-    the Publisher path, so half its garbage-collector runs (each full run walks every
-    message still in flight). Being shared, it must not change: every mutator raises
+    A fresh ``{}`` per message would be one more object per message for the garbage
+    collector to walk while the message is in flight. Being shared, it must not change: every mutator raises
     `TypeError`. It copies and pickles as a plain empty dict, and what leaves the
     process carries a plain ``{}`` instead (`Message` pickles so; so do dead letters):
     a peer's restricted unpickler, such as the broker's, reads no ``builtins.dict``.
@@ -90,8 +90,8 @@ def new_message(data: bytes, attributes: dict[str, str], ordering_key: str | Non
     """Build a `Message` from values already validated, on the per-message hot path.
 
     Sets the slots directly instead of going through the frozen dataclass ``__init__``
-    (which pays ``object.__setattr__`` per field): about 0.4 µs instead of 1 µs. The
-    result is an ordinary, immutable `Message`.
+    (which pays ``object.__setattr__`` per field). The result is an ordinary, immutable
+    `Message`, equal to one built by ``Message(...)``.
     """
     message = _new(Message)
     _set_data(message, data)
@@ -111,3 +111,23 @@ def parts_of(messages: list[Message]) -> tuple[list[bytes], list[dict[str, str]]
         [m.data for m in messages], [m.attributes for m in messages],
         [m.ordering_key or None for m in messages],
     )
+
+
+def checked_attributes(attributes: object) -> dict[str, str]:
+    """A copy of a publish's ``attributes`` (None: none), checked: a mapping of `str` to
+    `str`. The copy is the message's own: the caller may change theirs afterwards.
+
+    Raises:
+        TypeError: ``attributes`` is not a mapping, or a key or value is not a `str`
+            (the message names the first one).
+    """
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        raise TypeError(
+            f"attributes must be a mapping of str to str, got {type(attributes).__qualname__}")
+    copied = dict(attributes)
+    for name, value in copied.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"attributes must map str to str, got {name!r}: {value!r}")
+    return copied

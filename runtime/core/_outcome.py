@@ -65,8 +65,8 @@ def new_report(
     message_id: str, balanced: dict[str, str], broadcast: int, outcome: Future[Outcome],
 ) -> PublishReport:
     """``PublishReport(message_id, balanced, broadcast, outcome)``, built for every
-    ``topic.publish``: the same object, without the generated __init__'s
-    ``object.__setattr__`` and default checks (1.8-1.9 against 0.97 µs here)."""
+    ``topic.publish``: an equal object, without the generated __init__'s
+    ``object.__setattr__`` and default checks."""
     report = _new(PublishReport)
     _SET_ID(report, message_id)
     _SET_BALANCED(report, balanced)
@@ -111,9 +111,8 @@ def count_down(
 
     A message with no track had one destination and no future. The last ack of one that
     no destination nacked completes it here, its future collected in ``acked`` to be
-    resolved after the lock; the others go through ``complete``. A tranche of
-    one-at-a-time publishes cost the tracker 1.8 µs per message through ``complete``,
-    0.73 this way (/tmp/p45/sw.py, medians of 9).
+    resolved after the lock; the others go through ``complete``: the common case (every
+    destination acked) costs one dict lookup and no call per message.
     """
     completed = 0
     for seq in seqs:

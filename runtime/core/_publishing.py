@@ -1,4 +1,6 @@
-"""The topic's publish path (closed, type, throttle, max_pending, fan-out) for publishes and batches."""
+"""The topic's publish path for publishes and batches: the checks (closed, type), the
+throttle and ``max_pending``, then the fan-out (room in every group and the ring, the
+books, the hand-off)."""
 
 from __future__ import annotations
 
@@ -8,24 +10,33 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._block import Block, Runs, any_keyed, ids_of
+from runtime.core._block import Block, Runs, any_keyed, ids_of, keys_of
 from runtime.core._envelope import Envelope
-from runtime.core._fan_out import FanOut, Oversized
 from runtime.core._future import MessageFuture
-from runtime.core._message import Message, parts_of
+from runtime.core._message import Message, checked_attributes, parts_of
 from runtime.core._outcome import Outcome, PublishReport, new_report
-from runtime.core._settings import TopicSettings
+from runtime.core._settings import TopicSettings, check_timeout
+from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
+from runtime.core.subscribers._arrivals import KeyMark
 from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
-__all__ = ["PartlyPublished", "PublishPath", "check_keys"]
+__all__ = ["Oversized", "PartlyPublished", "PublishPath", "check_keys"]
 
-# The largest chunk `PublishPath.room` makes (a Publisher's run of 16 batches of 100 fits).
+# The largest chunk `PublishPath.room` makes (a Publisher's run of 16 batches of 100
+# fits). Larger chunks cost the parent fewer reservations and arrivals per message but
+# hand one group more at once; re-measure with ``python -m benchmarks --only
+# pipeline_pool`` (its ordered rows).
 MAX_CHUNK = 4096
 
 _KEY_TYPES = frozenset({str, type(None)})
+
+# Times a publisher yields the GIL before overwriting unread broadcast entries: more
+# lets a merely unscheduled subscriber catch up, fewer costs a lagging one less
+# (tests/runtime/core/subscribers exercise lagging readers).
+_LAG_YIELDS = 3
 
 
 def check_keys(keys: Sequence[Any]) -> None:
@@ -55,7 +66,7 @@ class PartlyPublished(Exception):  # not an error of its own: a partial result
         self.error = error
 
 
-class PublishPath(FanOut):
+class PublishPath:
     """Runs the guard chain in the calling thread (a user's, or the topic actor's).
 
     Args:
@@ -151,35 +162,25 @@ class PublishPath(FanOut):
         self, message: Any, key: str | None, attributes: dict[str, str] | None,
         timeout: float | None,
     ) -> PublishReport:
-        """`Topic.publish`: the whole chain for one message, each wait within ``timeout``
-        (the usual case, `publish_lone`: no ``max_pending``, no broadcast subscriber)."""
+        """`Topic.publish`: the whole chain for one message, each wait within ``timeout``."""
         if key is not None and type(key) is not str:
             check_keys([key])
-        settings = self._settings
-        if settings.message_type is not None or self._ledger.closed:  # else nothing to check
+        # Every check before anything is taken: a refused publish leaves nothing behind.
+        attributes = {} if attributes is None else checked_attributes(attributes)
+        if self._settings.message_type is not None or self._ledger.closed:  # else no check
             self.check([message])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        groups = self._groups()
-        if groups and settings.max_pending is None and not self._ring.subscriber_count:
-            return self.publish_lone(groups, message, key or None, attributes, deadline)
-        self._ledger.count("published")
-        try:
-            slotted = self.admit(deadline)
-            # Accepted: its number is its id (`message_id`).
-            seq = self._take_seqs(1)
-            envelope: Envelope = (seq, None, message, key or None,
-                                  dict(attributes) if attributes else {}, self._topic, None)
-            future: Future[Outcome] = MessageFuture()
-            balanced, broadcast = self.fan_out([envelope], [future], slotted, deadline)
-        except (WouldBlock, TopicClosedError):
-            # Refused while waiting (nothing of it was sent): it never entered the topic.
-            self._ledger.count("published", -1)
-            raise
+        deadline = None
+        if timeout is not None:
+            check_timeout("timeout", timeout)
+            deadline = time.monotonic() + timeout
+        slotted = self._settings.max_pending is not None and self.admit(deadline)
+        # Its number is its id (`message_id`). It counts as published once it has room
+        # everywhere (`fan_out`): a refusal while waiting leaves no trace.
+        seq = self._take_seqs(1)
+        envelope: Envelope = (seq, None, message, key or None, attributes, self._topic, None)
+        future: Future[Outcome] = MessageFuture()
+        balanced, broadcast = self.fan_out((envelope,), [future], slotted, deadline)
         return new_report(str(seq), balanced, broadcast, future)
-
-    def publish_messages(self, messages: list[Message]) -> Sequence[str]:
-        """`publish_parts` for prepared `Message` objects (an empty key is no key)."""
-        return self.publish_parts(*parts_of(messages))
 
     def refuse(self, message: Message, reason: str, error: str | None) -> None:
         """Dead-letter a Publisher message refused on its way in, under an id of its own."""
@@ -246,7 +247,10 @@ class PublishPath(FanOut):
         chunk, groups = self.chunk, self._groups()
         if not groups or self._ring.subscriber_count:
             return chunk
-        return max(chunk, min(MAX_CHUNK, *(group.gate.free(keyed) for group in groups)))
+        least = MAX_CHUNK
+        for group in groups:
+            least = min(least, group.gate.free(keyed))
+        return max(chunk, least)
 
     def _publish_chunks(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
         """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
@@ -267,7 +271,7 @@ class PublishPath(FanOut):
             try:
                 if max_pending is not None:
                     count = self._ledger.take_slots(count, max_pending)
-                self._send_counted(envelopes[start:start + count], slotted=max_pending is not None)
+                self.fan_out(envelopes[start:start + count], None, max_pending is not None, None)
             except Oversized:
                 fitted = True  # nothing was taken: again, in chunks that fit the ring
                 continue
@@ -280,21 +284,158 @@ class PublishPath(FanOut):
         """`_publish_chunks` one message at a time, each through the throttle."""
         for index, envelope in enumerate(envelopes):
             try:
-                self._send_counted([envelope], admit=True)
+                self.fan_out((envelope,), None, self.admit(None), None)
             except (WouldBlock, TopicClosedError) as exc:
                 return index, exc
         return len(envelopes), None
 
-    def _send_counted(
-        self, envelopes: Sequence[Envelope], *, admit: bool = False, slotted: bool = False,
-    ) -> None:
-        """Count ``envelopes`` as published and fan them out, holding ``max_pending``
-        slots (``slotted``) or taking one first (``admit``); a refusal (closed) takes the
-        count back."""
-        self._ledger.count("published", len(envelopes))
+    def fan_out(
+        self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None,
+        slotted: bool, deadline: float | None,
+    ) -> tuple[dict[str, str], int]:
+        """Steps 5-8 for up to a chunk of messages: room in every group (and the ring),
+        the books, the hand-off; returns (balanced, broadcast).
+
+        While no broadcast subscriber reads the ring (the usual case) the ring's lock is
+        not taken: a subscriber that joins meanwhile starts after these messages, as if
+        it had joined just after the publish.
+        """
+        groups = self._groups()
+        keys = keys_of(envelopes)
+        # A keyed message can go to one member only (stricter room; the group routes it).
+        keyed = keys.count(None) != len(keys)
+        admitted = self._take_room(groups, len(envelopes), keyed, slotted, deadline)
+        lagged: list[tuple[int, Envelope]] = []
         try:
-            self.fan_out(envelopes, None, self.admit(None) if admit else slotted, None)
-        except (WouldBlock, TopicClosedError, Oversized):
-            self._ledger.count("published", -len(envelopes))  # refused whole: never entered
+            if groups and not self._ring.subscriber_count:
+                subscribers = 0
+                self._reserve(envelopes, len(groups), futures, slotted)
+            else:
+                subscribers, lagged = self._fan_out_ring(groups, envelopes, futures, slotted,
+                                                         deadline)
+                if subscribers < 0:
+                    return {}, 0  # no destination: dead-lettered
+        except BaseException:
+            _give_back(groups, admitted)
+            raise
+        settled = [Delivery.settled(e, sid, None, 0, "lagged") for sid, e in lagged] if lagged else []
+        balanced = self._enqueue(groups, admitted, envelopes, keyed and _mark(keys), settled)
+        if settled:
+            self._ledger.settle(settled)
+        return balanced, subscribers
+
+    def _reserve(
+        self, envelopes: Sequence[Envelope], destinations: int,
+        futures: list[Future[Outcome]] | None, slotted: bool,
+    ) -> None:
+        """Reserve ``destinations`` settlements per message and count them published: the
+        point past which only a close refuses them (`Ledger.reserve` raises it first)."""
+        if futures is not None and len(envelopes) == 1 and not slotted:
+            self._ledger.reserve_one(envelopes[0][0], destinations, futures[0])  # one lock
+            return
+        self._ledger.reserve(envelopes, destinations, futures, slotted)
+        self._ledger.count("published", len(envelopes))
+
+    def _fan_out_ring(
+        self, groups: list[GroupHandle], envelopes: Sequence[Envelope],
+        futures: list[Future[Outcome]] | None, slotted: bool, deadline: float | None,
+    ) -> tuple[int, list[tuple[int, Envelope]]]:
+        """`fan_out`'s books and ring write under the ring's lock: (broadcast subscribers
+        written for, entries lagged subscribers lost); -1 subscribers when there was no
+        destination at all (the messages are dead-lettered ``no_subscribers``)."""
+        self._let_readers_catch_up(len(envelopes))
+        with self._ring.lock:
+            self._wait_ring(len(envelopes), slotted, deadline)
+            subscribers = self._ring.subscriber_count
+            if not groups and not subscribers:
+                self._ledger.count("published", len(envelopes))
+                self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
+                return -1, []
+            self._reserve(envelopes, len(groups) + subscribers, futures, slotted)
+            lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
+        for wake in wakes:
+            wake()
+        return subscribers, lagged
+
+    def _let_readers_catch_up(self, count: int) -> None:
+        """Before overwriting unread entries of a ring that does not block, yield the GIL
+        a few times: a subscriber that is merely unscheduled catches up; never waits."""
+        for _ in range(0 if self._ring.blocking else _LAG_YIELDS):
+            if not self._ring.would_lag(count):
+                return
+            time.sleep(0)
+
+    def _wait_ring(self, count: int, slotted: bool, deadline: float | None) -> None:
+        """With a blocking ring, wait (ring lock held) for room; a refusal gives the
+        ``max_pending`` slots back (the caller gives the groups' room back). A chunk
+        larger than the ring is refused (`Oversized`) once a subscriber reads it."""
+        ring = self._ring
+        try:
+            if count > ring.capacity and ring.subscriber_count:
+                raise Oversized  # the subscriber came since `PublishPath.room` sized it
+            if ring.blocking:
+                ring.wait_room_locked(count, deadline)
+        except BaseException:
+            if slotted:
+                self._ledger.release_slots(count)
             raise
 
+    def _take_room(
+        self, groups: list[GroupHandle], count: int, keyed: bool, slotted: bool,
+        deadline: float | None,
+    ) -> list[int]:
+        """Room per group for ``count`` messages: ``count``, fewer (drop_newest), or -1
+        (the group is gone)."""
+        admitted: list[int] = []
+        try:
+            for group in groups:
+                if self._block:
+                    admitted.append(count if group.gate.acquire(count, deadline, keyed) else -1)
+                else:
+                    admitted.append(group.gate.try_acquire(count, keyed))
+                if admitted[-1] < 0 and self._ledger.closed:
+                    raise TopicClosedError(self._topic)
+        except BaseException:
+            _give_back(groups, admitted)  # the groups before the refusing one
+            if slotted:
+                self._ledger.release_slots(count)
+            raise
+        return admitted
+
+    def _enqueue(
+        self, groups: list[GroupHandle], admitted: list[int], envelopes: Sequence[Envelope],
+        mark: KeyMark, settled: list[Delivery[Any]],
+    ) -> dict[str, str]:
+        balanced = {}
+        for group, taken in zip(groups, admitted, strict=True):
+            if taken == len(envelopes):
+                group.arrivals.put(envelopes, mark)
+                balanced[group.name] = "enqueued"
+                continue
+            if taken > 0:
+                group.arrivals.put(envelopes[:taken], mark)
+            reason = "dropped" if taken >= 0 else "unsubscribed"
+            settled.extend(
+                Delivery.settled(e, -1, group.name, 0, reason) for e in envelopes[max(taken, 0):]
+            )
+            balanced[group.name] = "dropped"
+        return balanced
+
+
+class Oversized(Exception):
+    """A chunk sized past the ring's capacity while no broadcast subscriber read it met
+    one: nothing of it was taken; it goes again in chunks that fit the ring."""
+
+
+def _give_back(groups: list[GroupHandle], admitted: list[int]) -> None:
+    """Release the room taken in each group (``admitted`` may stop short of ``groups``)."""
+    for group, taken in zip(groups, admitted, strict=False):  # shorter after a refusal
+        if taken > 0:
+            group.gate.release(taken)
+
+
+def _mark(keys: Sequence[str | None]) -> KeyMark:
+    """A keyed chunk's keys for its group: the one key all of its messages share (an
+    ordered Publisher's batch), or True (several; False marks a chunk without keys)."""
+    first = keys[0]
+    return first if first is not None and keys.count(first) == len(keys) else True

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.core._envelope import Envelope
-from runtime.core._message import Message
+from runtime.core._message import Message, parts_of
 from runtime.core._publishing import PublishPath
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.core.settlement._delivery import Delivery
@@ -85,7 +85,7 @@ class Replay:
         """
         message = letter.message
         if isinstance(message, Message):
-            self._path.publish_messages([message])
+            self._path.publish_parts(*parts_of([message]))
         else:
             self._path.publish_one(message, letter.key, letter.attributes, None)
 

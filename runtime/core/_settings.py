@@ -1,14 +1,16 @@
-"""Per-topic settings, their cascade from bus defaults, and their validation."""
+"""Per-topic settings, their cascade from bus defaults, and their validation; and the one
+check of a blocking call's ``timeout=`` argument (`check_timeout`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from runtime.errors import InvalidSettingsError, UnsupportedPolicyError
 
-__all__ = ["TopicSettings"]
+__all__ = ["TopicSettings", "check_timeout"]
 
 _BACKENDS = ("in_memory", "redis")
 _ON_FULL = ("block", "drop_newest")
@@ -109,6 +111,8 @@ class TopicSettings:
         throttle = self.throttle
         if isinstance(throttle, bool) or not isinstance(throttle, int | float):
             raise InvalidSettingsError("throttle", f"must be a number, got {throttle!r}")
+        if not math.isfinite(throttle):
+            raise InvalidSettingsError("throttle", f"must be finite, got {throttle!r}")
         if throttle == 0:
             return
         if self.max_pending is None:
@@ -119,9 +123,11 @@ class TopicSettings:
     def _validate_ranges(self) -> None:
         timeout = self.ack_timeout
         if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+            isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or timeout <= 0
         ):
-            raise InvalidSettingsError("ack_timeout", f"must be > 0 or None, got {timeout!r}")
+            raise InvalidSettingsError(
+                "ack_timeout", f"must be a finite number > 0 or None, got {timeout!r}")
         _positive_int("max_delivery_attempts", self.max_delivery_attempts)
         if self.dead_letter_limit is not None:
             _positive_int("dead_letter_limit", self.dead_letter_limit)
@@ -149,3 +155,22 @@ MAX_BROADCAST_CAPACITY = 1 << 24
 def _positive_int(setting: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidSettingsError(setting, f"must be an int > 0, got {value!r}")
+
+
+def check_timeout(name: str, value: float | None) -> None:
+    """Refuse a timeout that no wait could honour: not a number, NaN or infinite.
+
+    None (wait without bound) and any finite number pass; a number <= 0 is a wait that
+    has already run out. Called before anything is sent, so a refused call changes
+    nothing.
+
+    Raises:
+        ValueError: ``value`` is NaN or infinite (the message names ``name``).
+        TypeError: ``value`` is neither None nor a real number.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds or None, got {value!r}")

@@ -1,82 +1,62 @@
-"""The topic actor, which runs Publisher batches through the topic's publish path, and
-`BatchSeam`, the topic's calls that feed it."""
+"""The topic actor, which runs batches through the topic's publish path, in the order
+`Topic._publish_batches` sent them, and the batch records they exchange."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from actors import Actor, Ref
-from runtime.core._block import Runs
-from runtime.core._message import Message, parts_of
+from actors import Actor
+from runtime.core._block import Block, Runs
 from runtime.core._publishing import PartlyPublished, PublishPath
-from runtime.core.settlement._ledger import Ledger
-from runtime.errors import TopicClosedError
+from runtime.errors import MessageTypeError
 
 __all__ = [
-    "BatchOutcome", "BatchSeam", "PublishBatch", "PublishEnvelopes", "PublishRun", "TopicActor",
+    "Batch", "BatchOutcome", "Parts", "PublishBatches", "TopicActor", "batch_ids",
 ]
 
 logger = logging.getLogger(__name__)
 
-# Batches published together, at most (waiting mail, or consecutive batches of a run).
+# Batches published together, at most: more merges more of an ordered Publisher's small
+# batches into one fan-out, but a refusal then answers more batches at once; re-measure
+# with ``python -m benchmarks --only pipeline_pool`` (its ordered rows).
 _MAX_MERGED = 16
 
 # A batch's ids, or why it failed (both: the topic accepted only a prefix of it).
 BatchOutcome = tuple["Sequence[str] | None", "BaseException | None"]
-# A Publisher batch as parallel lists: data, attributes and key per message.
-Parts = tuple["list[bytes]", "list[dict[str, str]]", "list[str | None]"]
+# A batch as parallel lists: data, attributes and key per message.
+Parts = tuple["list[bytes]", "list[dict[str, str]]", "Sequence[str | None]"]
+# What `Topic._publish_batches` takes: parts, or a batch accepted ahead of its publish
+# (`Topic._stamp_parts`, a broker's staged sink rows).
+Batch = Parts | Block
+
+# A check that refuses a batch before any of it is taken: it fails alone.
+_REFUSALS = (TypeError, MessageTypeError)
 
 
 @dataclass(frozen=True, slots=True)
-class PublishBatch:
-    """A Publisher batch as parallel lists (data, attributes, key per message);
-    ``future`` resolves with the ids in order, or the failure."""
+class PublishBatches:
+    """The topic actor's one message: ``batches`` in order; ``future`` resolves with
+    each batch's `BatchOutcome`, in order (it never fails)."""
 
-    datas: list[bytes]
-    attributes: list[dict[str, str]]
-    keys: list[str | None]
-    future: Future[Sequence[str]]
-
-
-@dataclass(frozen=True, slots=True)
-class PublishRun:
-    """Publisher batches sent together, each ``(datas, attributes, keys)``; ``reply``
-    is called once, in the topic's thread, with each batch's `BatchOutcome` in order.
-
-    One mailbox message and one reply for several batches: per batch, a `Future`,
-    its callback and a reply message each cost both actors a few microseconds.
-    """
-
-    parts: list[Parts]
-    reply: Callable[[list[BatchOutcome]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class PublishEnvelopes:
-    """A batch accepted ahead of its publish (`PublishPath.stamp_parts`: staged sink
-    rows); ``future`` resolves as a `PublishBatch`'s."""
-
-    envelopes: Sequence[Any]
-    future: Future[Sequence[str]]
+    batches: Sequence[Batch]
+    future: Future[list[BatchOutcome]]
 
 
 class TopicActor(Actor):
     """Publishes batches in mailbox order, on its own thread.
 
-    Small batches that follow each other in the mailbox (an ordered Publisher sends one
-    per key, each as small as its flow control allows) are published together: while
-    more mail waits and the next batch, if as large as the last, would still fit one
-    fan-out chunk, a batch waits for it. A run never grows past a chunk, so a batch that
-    fits one is still fanned out in one, to one snapshot of destinations. A fan-out chunk
-    costs a gate, a ledger reservation and an entry in each group's arrivals: few large
-    ones cost the parent less. Nothing waits once the mailbox is empty (no latency is
-    added); each batch still resolves its own future, in order.
+    Consecutive batches of one message are published together while they fit one
+    fan-out chunk (`PublishPath.room`, read again after each publish): a chunk costs a
+    gate, a ledger reservation and an entry in each group's arrivals, so few large ones
+    cost the parent less than many small ones (an ordered Publisher sends a batch per
+    key). A batch that fits one chunk is never split, so it is fanned out to one
+    snapshot of destinations. Each batch still gets its own outcome: one refused by a
+    check (a bad key, a wrong type) fails alone, the others are published.
 
     Args:
         path: the topic's publish path (the same guard chain ``Topic.publish`` runs).
@@ -85,91 +65,45 @@ class TopicActor(Actor):
     def __init__(self, path: PublishPath) -> None:
         super().__init__()
         self._path = path
-        self._waiting: list[PublishBatch] = []
-        self._count = 0  # messages in the waiting batches
 
     def on_receive(self, message: Any) -> Any:
-        """Take one `PublishBatch`, `PublishRun` or `PublishEnvelopes`; a failure goes to
-        its future or reply, never to the actor."""
-        if isinstance(message, PublishBatch):
-            if message.future.set_running_or_notify_cancel():
-                self._add(message)
-            return None
-        if isinstance(message, PublishRun):
-            self._publish_run(message)
-            return None
-        if isinstance(message, PublishEnvelopes):
-            self._publish_waiting()  # in mailbox order
-            if message.future.set_running_or_notify_cancel():
-                try:
-                    ids = self._path.publish_envelopes(message.envelopes)
-                except BaseException as exc:
-                    message.future.set_exception(exc)
-                else:
-                    message.future.set_result(ids)
-            return None
-        self._publish_waiting()
+        """Take one `PublishBatches`; a failure goes to its outcomes, never to the actor."""
+        if isinstance(message, PublishBatches) and message.future.set_running_or_notify_cancel():
+            message.future.set_result(self._publish(message.batches))
         return None
 
-    def _add(self, batch: PublishBatch) -> None:
-        """Queue ``batch`` behind the waiting ones; publish them unless more mail follows
-        and the next batch, if as large, would still fit one chunk (`PublishPath.room`)."""
-        chunk, more = self._path.room(True), not self.actor_inbox.empty()
-        if self._count + len(batch.datas) > chunk:
-            self._publish_waiting()  # a batch that fits one chunk is never split
-        self._waiting.append(batch)
-        self._count += len(batch.datas)
-        if not (
-            more and self._count + len(batch.datas) <= chunk
-            and len(self._waiting) < _MAX_MERGED
-        ):
-            self._publish_waiting()
-
-    def _publish_run(self, run: PublishRun) -> None:
-        """Publish a run's batches in order, then reply once with their outcomes:
-        consecutive ones together while they fit the room (read again after each publish,
-        which may have waited for a group's dispatch; without keys, the room any member
-        may fill), with no object per batch (its ids are sliced from the merged ones)."""
-        self._publish_waiting()  # the mail before the run goes first
-        parts, outcomes = run.parts, []
-        keyed = any(keys.count(None) != len(keys) for _, _, keys in parts)
+    def _publish(self, batches: Sequence[Batch]) -> list[BatchOutcome]:
+        """Each batch's outcome, in order: runs of parts together while they fit the room
+        (without keys, the room any member may fill), stamped blocks alone."""
+        outcomes: list[BatchOutcome] = []
+        keyed = any(type(b) is not Block and b[2].count(None) != len(b[2]) for b in batches)
         start = 0
-        while start < len(parts):
-            end = _fitting(parts, start, self._path.room(keyed))
-            outcomes += _publish_together(self._path, parts[start:end])
+        while start < len(batches):
+            first = batches[start]
+            if type(first) is Block:
+                outcomes.append(_published_alone(self._path, first))
+                start += 1
+                continue
+            end = _fitting(batches, start, self._path.room(keyed))
+            outcomes += _publish_together(self._path, batches[start:end])  # type: ignore[arg-type]
             start = end
-        try:
-            run.reply(outcomes)
-        except Exception:  # the sender's bug: the topic goes on
-            logger.exception("the reply to a publish run of %d batches failed", len(parts))
-
-    def on_stop(self) -> None:
-        self._publish_waiting()  # the topic is closing: they fail, each in its future
-
-    def _publish_waiting(self) -> None:
-        batches, self._waiting, self._count = self._waiting, [], 0
-        if batches:
-            _publish_merged(self._path, batches)
+        return outcomes
 
 
-def _publish_merged(path: PublishPath, batches: list[PublishBatch]) -> None:
-    """Publish ``batches`` (one or more) as one run of messages; each future gets its own
-    outcome (`_publish_together`)."""
-    outcomes = _publish_together(
-        path, [(batch.datas, batch.attributes, batch.keys) for batch in batches])
-    for batch, (ids, error) in zip(batches, outcomes, strict=True):
-        if error is not None:
-            batch.future.set_exception(error if ids is None else PartlyPublished(list(ids), error))
-            continue
-        assert ids is not None  # without an error, always
-        batch.future.set_result(ids)
+def _published_alone(path: PublishPath, block: Block) -> BatchOutcome:
+    try:
+        return path.publish_envelopes(block), None
+    except PartlyPublished as partial:
+        return partial.ids, partial.error
+    except BaseException as exc:
+        return None, exc
 
 
-def _fitting(parts: list[Parts], start: int, chunk: int) -> int:
+def _fitting(parts: Sequence[Batch], start: int, chunk: int) -> int:
     """Where the batches published together from ``start`` end: at most `_MAX_MERGED`,
-    as many as fit ``chunk`` messages (at least one, however large)."""
+    as many as fit ``chunk`` messages (at least one, however large), before any block."""
     end, count = start + 1, len(parts[start][0])
-    while end < len(parts) and end - start < _MAX_MERGED:
+    while end < len(parts) and end - start < _MAX_MERGED and type(parts[end]) is not Block:
         count += len(parts[end][0])
         if count > chunk:
             break
@@ -177,14 +111,11 @@ def _fitting(parts: list[Parts], start: int, chunk: int) -> int:
     return end
 
 
-def _publish_together(path: PublishPath, parts: list[Parts]) -> list[BatchOutcome]:
+def _publish_together(path: PublishPath, parts: Sequence[Parts]) -> list[BatchOutcome]:
     """Publish batches as one run of messages; each gets its own ids, or, for the batch
     the topic stopped accepting in, the accepted prefix and the refusal, and the
-    refusal for every batch after it.
-
-    A refusal of the whole run before anything was accepted (one batch's message of
-    the wrong type) belongs to no batch in particular: each batch is then published
-    alone, so only the batches it really concerns fail."""
+    refusal for every batch after it. A check that refuses the run before any of it was
+    taken is run again batch by batch: only the batches it refuses fail."""
     keys: Sequence[str | None]
     if len(parts) == 1:
         datas, attributes, keys = parts[0]
@@ -199,16 +130,18 @@ def _publish_together(path: PublishPath, parts: list[Parts]) -> list[BatchOutcom
         ids = path.publish_parts(datas, attributes, keys)
     except PartlyPublished as partial:
         ids, error = partial.ids, partial.error
+    except _REFUSALS as exc:
+        if len(parts) == 1:
+            return [(None, exc)]
+        return [outcome for part in parts for outcome in _publish_together(path, [part])]
     except BaseException as exc:
         ids, error = [], exc
     if error is None and len(parts) == 1:
         return [(ids, None)]
-    if error is not None and not ids and len(parts) > 1:
-        return [outcome for part in parts for outcome in _publish_together(path, [part])]
     return _outcomes(parts, ids, error)
 
 
-def _outcomes(parts: list[Parts], ids: Sequence[str], error: BaseException | None) -> list[BatchOutcome]:
+def _outcomes(parts: Sequence[Parts], ids: Sequence[str], error: BaseException | None) -> list[BatchOutcome]:
     """Each batch's ids, sliced from the merged ``ids``; past them, the refusal."""
     outcomes: list[BatchOutcome] = []
     start = 0
@@ -224,7 +157,7 @@ def _outcomes(parts: list[Parts], ids: Sequence[str], error: BaseException | Non
     return outcomes
 
 
-def _merged_keys(columns: list[list[str | None]]) -> Sequence[str | None]:
+def _merged_keys(columns: list[Sequence[str | None]]) -> Sequence[str | None]:
     """The key columns of merged batches as one: `Runs` when each batch has one key (an
     ordered Publisher's), so the group routes the chunk a run at a time instead of
     reading each message's key; else one list."""
@@ -239,68 +172,17 @@ def _given(error: BaseException | None) -> BaseException:
     return error
 
 
-class BatchSeam:
-    """The batch half of `Topic` (a mixin over its name, path, actor and state): every
-    call tells the topic actor and never blocks."""
+def batch_ids(outcomes: Future[list[BatchOutcome]]) -> Future[Sequence[str]]:
+    """A future of one batch's ids (or its failure: `PartlyPublished` for a prefix)."""
+    future: Future[Sequence[str]] = Future()
 
-    _name: str
-    _path: PublishPath
-    _actor: Ref
-    _ledger: Ledger
-    _state_lock: threading.Lock
-    _torn_down: bool
+    def done(resolved: Future[list[BatchOutcome]]) -> None:
+        ((ids, error),) = resolved.result()
+        if error is None:
+            assert ids is not None  # without an error, always
+            future.set_result(ids)
+        else:
+            future.set_exception(error if ids is None else PartlyPublished(list(ids), error))
 
-    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
-        """`_publish_parts` for prepared `Message` objects (an empty key is no key)."""
-        return self._publish_parts(*parts_of(messages))
-
-    def _publish_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> Future[Sequence[str]]:
-        """Publish a Publisher batch, as parallel lists, in one mailbox message.
-
-        Never blocks. The future resolves with the ids in order once every message was
-        accepted, or fails (nothing of the batch delivered for a closed topic or a
-        type error).
-        """
-        future: Future[Sequence[str]] = Future()
-        return self._tell_publish(PublishBatch(datas, attributes, keys, future), future)
-
-    def _publish_run(
-        self, parts: list[tuple[list[bytes], list[dict[str, str]], list[str | None]]],
-        reply: Callable[[list[BatchOutcome]], None],
-    ) -> None:
-        """Publish several Publisher batches in one mailbox message (`PublishRun`).
-
-        Never blocks. ``reply`` gets each batch's ids or failure, in order, once: in
-        the topic's thread, or in this one when the topic is closed.
-        """
-        with self._state_lock:
-            if not (self._ledger.closed or self._torn_down):
-                self._actor.tell(PublishRun(parts, reply))
-                return
-        reply([(None, TopicClosedError(self._name))] * len(parts))
-
-    def _stamp_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: list[str | None],
-    ) -> Sequence[Any]:
-        """Accept a batch ahead of its publish (ids and publish time given now): a staged
-        sink part, published when its batch commits (`_publish_envelopes`).
-
-        Raises:
-            TopicClosedError, MessageTypeError, TypeError: as `_publish_parts`'s future.
-        """
-        return self._path.stamp_parts(datas, attributes, keys)
-
-    def _publish_envelopes(self, envelopes: Sequence[Any]) -> Future[Sequence[str]]:
-        """`_publish_parts` for the envelopes of `_stamp_parts`."""
-        future: Future[Sequence[str]] = Future()
-        return self._tell_publish(PublishEnvelopes(envelopes, future), future)
-
-    def _tell_publish(self, message: Any, future: Future[Sequence[str]]) -> Future[Sequence[str]]:
-        with self._state_lock:
-            if self._ledger.closed or self._torn_down:
-                future.set_exception(TopicClosedError(self._name))
-            else:
-                self._actor.tell(message)
-        return future
+    outcomes.add_done_callback(done)
+    return future

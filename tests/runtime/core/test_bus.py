@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+
 import pytest
+from support.reliability import wait_until
 
 from actors import Actor, ActorSystem
 from runtime import Bus, Topic
@@ -107,3 +112,47 @@ def test_bus_actors_are_real_actors_in_the_system() -> None:
 class _Echo(Actor):
     def on_receive(self, message: object) -> object:
         return message
+
+
+def test_close_with_stuck_handlers_wakes_every_blocked_publisher_at_once_within_one_budget(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from runtime.core import _bus, _topic
+
+    monkeypatch.setattr(_bus, "_CLOSE_BUDGET", 1.0, raising=False)
+    monkeypatch.setattr(_topic, "_STOP_TIMEOUT", 1.0)
+    release = threading.Event()
+    bus = Bus()
+    topics = [bus.create_topic(f"t{n}", balanced_capacity=1) for n in range(3)]
+    for topic in topics:
+        topic.subscribe(lambda delivery: release.wait(30), group="g", prefetch=1)
+    woken = {topic.name: threading.Event() for topic in topics}
+
+    def publish_until_closed(topic: Topic[bytes]) -> None:
+        with contextlib.suppress(TopicClosedError):
+            while True:
+                topic.publish(b"x")
+        woken[topic.name].set()
+
+    publishers = [threading.Thread(target=publish_until_closed, args=(t,)) for t in topics]
+    for thread in publishers:
+        thread.start()
+    wait_until(lambda: all(topic.held_by() is not None for topic in topics), 10.0)
+    closer = threading.Thread(target=bus.close)
+    try:
+        with caplog.at_level("WARNING", logger="runtime"):
+            started = time.monotonic()
+            closer.start()
+            released = [woken[topic.name].wait(3.0) for topic in topics]
+            closer.join(30.0)
+            took = time.monotonic() - started
+    finally:
+        release.set()
+        for thread in [*publishers, closer]:
+            thread.join(10.0)
+
+    assert released == [True, True, True]  # before: one topic at a time, ~5 s each
+    assert took < 4.0  # one budget of 1 s for the bus, not one per topic
+    forced = [r.getMessage() for r in caplog.records if "force-nacked" in r.getMessage()]
+    assert sorted(message.split()[1] for message in forced) == ["t0", "t1", "t2"]
+    assert all(topic.stats().pending == 0 for topic in topics)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus, Delivery, Topic
-from runtime.core import _fan_out
+from runtime.core import _publishing
 from runtime.core._publishing import MAX_CHUNK, PublishPath
 
 CAPACITY = 8  # balanced_capacity and broadcast_capacity: the settings' chunk
@@ -20,13 +20,13 @@ CAPACITY = 8  # balanced_capacity and broadcast_capacity: the settings' chunk
 def fan_outs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every fan-out the topics attempt, in order."""
     sizes: list[int] = []
-    original = _fan_out.FanOut.fan_out
+    original = _publishing.PublishPath.fan_out
 
     def fan_out(self: Any, envelopes: Any, *args: Any) -> Any:
         sizes.append(len(envelopes))
         return original(self, envelopes, *args)
 
-    monkeypatch.setattr(_fan_out.FanOut, "fan_out", fan_out)
+    monkeypatch.setattr(_publishing.PublishPath, "fan_out", fan_out)
     return sizes
 
 

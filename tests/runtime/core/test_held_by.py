@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from runtime import Bus
+from runtime import Bus, TopicSettings
+from runtime.core._held import holder
+from runtime.core.subscribers._gate import Gate, GroupHandle
+from runtime.core.subscribers._ring import Ring
 from runtime.errors import WouldBlock
 
 
@@ -57,3 +62,18 @@ def test_a_broadcast_subscriber_a_ring_behind_is_named(bus: Bus) -> None:
     with pytest.raises(WouldBlock) as info:
         topic.publish(2, timeout=0.1)
     assert "broadcast subscriber 1 of topic 't'" in str(info.value)
+
+
+def test_a_group_full_for_unkeyed_publishes_is_named_whatever_keyed_ones_may_take() -> None:
+    # A worker group lends keyed publishes room its unkeyed limit does not have (the
+    # least one member has free above what all lend): an unkeyed publish waits there.
+    gate = Gate(4, name="workers")
+    gate.lend(0, 4)
+    assert gate.acquire(4, None, keyed=False)
+    groups = [GroupHandle("workers", None, gate, None)]  # type: ignore[arg-type]
+
+    text = holder("t", TopicSettings(), None, groups, Ring(8, "t"))  # type: ignore[arg-type]
+
+    with pytest.raises(WouldBlock):  # an unkeyed publish would wait
+        gate.acquire(1, time.monotonic() + 0.01, keyed=False)
+    assert text == "group 'workers' of topic 't' is full (4 messages waiting, balanced_capacity 4)"

@@ -1,8 +1,7 @@
-"""The topic actor: small Publisher batches queued behind each other are fanned out together."""
+"""The topic actor: batches sent together are fanned out together, each with its own outcome."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -10,40 +9,10 @@ from typing import Any
 import pytest
 
 from actors import ActorSystem
+from runtime import Bus, Message
 from runtime.core._publishing import PartlyPublished
-from runtime.core._topic_actor import PublishBatch, PublishRun, TopicActor
-from runtime.errors import TopicClosedError
-
-
-class GatedPath:
-    """A publish path whose first publish waits for ``release``, so later batches queue up.
-
-    Records each call's data; ids are the data decoded. With ``accept``, a call accepts
-    only that many messages, then raises `PartlyPublished` with a closed topic.
-    """
-
-    def __init__(self, chunk: int, accept: int | None = None) -> None:
-        self.chunk = chunk
-        self.calls: list[list[bytes]] = []
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self._accept = accept
-
-    def room(self, keyed: bool) -> int:
-        return self.chunk  # no groups: the chunk the settings make
-
-    def publish_parts(self, datas: list[bytes], attributes: Any, keys: Any) -> list[str]:
-        self.calls.append(list(datas))
-        if len(self.calls) == 1:
-            self.entered.set()
-            assert self.release.wait(10.0)
-            return [d.decode() for d in datas]
-        if self._accept is None:
-            return [d.decode() for d in datas]
-        if self._accept == 0:
-            raise TopicClosedError("t")
-        ids = [d.decode() for d in datas[:self._accept]]
-        raise PartlyPublished(ids, TopicClosedError("t"))
+from runtime.core._topic_actor import PublishBatches, TopicActor
+from runtime.errors import MessageTypeError, TopicClosedError
 
 
 @pytest.fixture
@@ -52,79 +21,109 @@ def system() -> Iterator[ActorSystem]:
         yield actor_system
 
 
-def _batch(*numbers: int) -> PublishBatch:
-    datas = [b"%d" % n for n in numbers]
-    return PublishBatch(datas, [{} for _ in datas], [None for _ in datas], Future())
+def _unkeyed(*numbers: int) -> tuple[list[int], None]:
+    return list(numbers), None
 
 
-def _send_behind_a_blocked_one(system: ActorSystem, path: GatedPath,
-                               batches: list[PublishBatch]) -> list[PublishBatch]:
-    ref = system.spawn(TopicActor, path)
-    first = _batch(0)
-    ref.tell(first)
-    assert path.entered.wait(10.0)
-    for batch in batches:
-        ref.tell(batch)
-    path.release.set()
-    return [first, *batches]
+def test_small_batches_sent_together_are_published_together(system: ActorSystem) -> None:
+    path = RoomPath([10])
 
+    outcomes = _run(system, path, _unkeyed(1, 2), _unkeyed(3, 4, 5), _unkeyed(6),
+                    _unkeyed(7, 8, 9, 10), _unkeyed(11))
 
-def test_small_batches_waiting_in_the_mailbox_are_published_together(
-    system: ActorSystem,
-) -> None:
-    path = GatedPath(chunk=10)
-    batches = [_batch(1, 2), _batch(3, 4, 5), _batch(6), _batch(7, 8, 9, 10), _batch(11)]
-
-    sent = _send_behind_a_blocked_one(system, path, batches)
-    results = [batch.future.result(10.0) for batch in sent]
-
-    assert results == [["0"], ["1", "2"], ["3", "4", "5"], ["6"], ["7", "8", "9", "10"], ["11"]]
-    # Merged while the next batch, if as large as the last, would still fit a chunk of 10.
-    assert path.calls == [[b"0"], [b"%d" % n for n in range(1, 11)], [b"11"]]
+    assert [ids for ids, _ in outcomes] == [["1", "2"], ["3", "4", "5"], ["6"],
+                                            ["7", "8", "9", "10"], ["11"]]
+    assert path.calls == [[b"%d" % n for n in range(1, 11)], [b"11"]]
 
 
 def test_a_batch_as_large_as_a_chunk_goes_alone(system: ActorSystem) -> None:
-    path = GatedPath(chunk=4)
+    path = RoomPath([3])
 
-    sent = _send_behind_a_blocked_one(system, path, [_batch(1, 2, 3), _batch(4, 5, 6)])
-    results = [batch.future.result(10.0) for batch in sent]
+    outcomes = _run(system, path, _unkeyed(1, 2, 3), _unkeyed(4, 5, 6))
 
-    assert results == [["0"], ["1", "2", "3"], ["4", "5", "6"]]
-    assert path.calls == [[b"0"], [b"1", b"2", b"3"], [b"4", b"5", b"6"]]
+    assert [ids for ids, _ in outcomes] == [["1", "2", "3"], ["4", "5", "6"]]
+    assert path.calls == [[b"1", b"2", b"3"], [b"4", b"5", b"6"]]
 
 
 def test_a_run_never_splits_a_batch_that_fits_one_chunk(system: ActorSystem) -> None:
-    path = GatedPath(chunk=5)
+    path = RoomPath([5])
 
-    sent = _send_behind_a_blocked_one(system, path, [_batch(1, 2), _batch(3, 4, 5, 6)])
-    results = [batch.future.result(10.0) for batch in sent]
+    outcomes = _run(system, path, _unkeyed(1, 2), _unkeyed(3, 4, 5, 6))
 
-    assert results == [["0"], ["1", "2"], ["3", "4", "5", "6"]]
-    assert path.calls == [[b"0"], [b"1", b"2"], [b"3", b"4", b"5", b"6"]]
+    assert [ids for ids, _ in outcomes] == [["1", "2"], ["3", "4", "5", "6"]]
+    assert path.calls == [[b"1", b"2"], [b"3", b"4", b"5", b"6"]]
 
 
-def test_a_merged_run_refused_midway_settles_each_batch_for_its_own_part(
+def test_a_run_refused_whole_fails_every_batch(system: ActorSystem) -> None:
+    path = RoomPath([100], accept=0)
+
+    outcomes = _run(system, path, _unkeyed(1, 2), _unkeyed(3))
+
+    assert [ids for ids, _ in outcomes] == [None, None]
+    assert all(isinstance(error, TopicClosedError) for _, error in outcomes)
+
+
+def test_a_batch_refused_by_a_check_fails_alone_and_the_others_are_published() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("batches", ack_timeout=None)
+        topic.create_group("g")
+        bad_key: Any = 7
+
+        outcomes = topic._publish_batches([
+            ([b"a"], [{}], ["k1"]), ([b"b", b"c"], [{}, {}], [None, bad_key]),
+            ([b"d"], [{}], ["k2"]),
+        ]).result(10.0)
+
+        assert [ids for ids, _ in outcomes] == [["1"], None, ["2"]]
+        assert isinstance(outcomes[1][1], TypeError)
+        assert topic.stats().published == 2
+
+
+def test_a_batch_of_the_wrong_type_fails_alone() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("typed", message_type=int, ack_timeout=None)
+        topic.create_group("g")
+
+        outcomes = topic._publish_batches([([b"a"], [{}], [None])]).result(10.0)
+
+        assert outcomes[0][0] is None and isinstance(outcomes[0][1], MessageTypeError)
+
+
+def test_stamped_blocks_and_parts_go_in_one_message_in_order() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("staged", ack_timeout=None)
+        topic.create_group("g")
+        block = topic._stamp_parts([b"s1", b"s2"], [{}, {}], [None, None])  # ids 1 and 2
+
+        outcomes = topic._publish_batches([([b"p"], [{}], [None]), block]).result(10.0)
+
+        assert [list(ids or []) for ids, _ in outcomes] == [["3"], ["1", "2"]]
+        assert topic.stats().published == 3
+
+
+def test_a_closed_topic_answers_every_batch_at_once() -> None:
+    with Bus() as bus:
+        topic = bus.create_topic("closed")
+        topic.close()
+
+        outcomes = topic._publish_batches([([b"a"], [{}], [None])] * 2).result(0)
+
+        assert [ids for ids, _ in outcomes] == [None, None]
+        assert all(isinstance(error, TopicClosedError) for _, error in outcomes)
+        with pytest.raises(TopicClosedError):
+            topic._publish_batch([Message(data=b"a")]).result(0)
+
+
+def test_a_partly_published_batch_fails_its_ids_future_with_the_prefix(
     system: ActorSystem,
 ) -> None:
-    path = GatedPath(chunk=20, accept=3)
-    batches = [_batch(1, 2), _batch(3, 4), _batch(5)]
+    path = RoomPath([100], accept=1)
 
-    _send_behind_a_blocked_one(system, path, batches)
+    outcomes = _run(system, path, _unkeyed(1, 2))
 
-    assert batches[0].future.result(10.0) == ["1", "2"]
-    partial = batches[1].future.exception(10.0)
-    assert isinstance(partial, PartlyPublished)
-    assert partial.ids == ["3"] and isinstance(partial.error, TopicClosedError)
-    assert isinstance(batches[2].future.exception(10.0), TopicClosedError)
-
-
-def test_a_merged_run_refused_whole_fails_every_batch(system: ActorSystem) -> None:
-    path = GatedPath(chunk=20, accept=0)
-    batches = [_batch(1, 2), _batch(3)]
-
-    _send_behind_a_blocked_one(system, path, batches)
-
-    assert all(isinstance(b.future.exception(10.0), TopicClosedError) for b in batches)
+    ids, error = outcomes[0]
+    assert ids == ["1"] and isinstance(error, TopicClosedError)
+    assert isinstance(PartlyPublished(list(ids), error).error, TopicClosedError)
 
 
 class RoomPath:
@@ -151,12 +150,12 @@ class RoomPath:
         return ids
 
 
-def _run(system: ActorSystem, path: RoomPath, *batches: tuple[list[int], str | None]) -> list[Any]:
-    """Tell a `PublishRun` of ``batches`` (numbers, key) to a topic actor; its outcomes."""
+def _run(system: ActorSystem, path: Any, *batches: tuple[list[int], str | None]) -> list[Any]:
+    """Tell one `PublishBatches` of ``batches`` (numbers, key) to a topic actor; its outcomes."""
     replied: Future[list[Any]] = Future()
-    parts = [([b"%d" % n for n in numbers], [{} for _ in numbers], [key for _ in numbers])
+    parts: list[Any] = [([b"%d" % n for n in numbers], [{} for _ in numbers], [key for _ in numbers])
              for numbers, key in batches]
-    system.spawn(TopicActor, path).tell(PublishRun(parts, replied.set_result))
+    system.spawn(TopicActor, path).tell(PublishBatches(parts, replied))
     return replied.result(10.0)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from runtime import Bus
 from runtime.core._envelope import MESSAGE_ID, SEQ, MessageIds, message_id, message_ids
+from runtime.core._topic_actor import batch_ids
 
 
 @pytest.mark.parametrize("first", [0, 1, 7, 998, 999, 1000, 1001, 123_456, 999_999, 10**12 - 2])
@@ -55,9 +56,9 @@ def test_a_publisher_batch_s_ids_are_its_numbers_in_order() -> None:
     with Bus() as bus:
         topic = bus.create_topic("ids", ack_timeout=None)
         topic.create_group("g")
-        before = topic._publish_parts([b"a"] * 3, [{}] * 3, [None] * 3).result(5)
+        before = batch_ids(topic._publish_batches([([b"a"] * 3, [{}] * 3, [None] * 3)])).result(5)
 
-        ids = topic._publish_parts([b"b"] * 2, [{"k": "v"}, {}], ["x", None]).result(5)
+        ids = batch_ids(topic._publish_batches([([b"b"] * 2, [{"k": "v"}, {}], ["x", None])])).result(5)
 
     assert before == ["1", "2", "3"] and ids == ["4", "5"]
 
@@ -73,8 +74,8 @@ def test_staged_parts_joined_and_published_in_slices_get_their_own_ids() -> None
         second = topic._stamp_parts([b"b"] * 20, [{}] * 20, [None] * 20)
         joined = join_envelopes([first, second])  # numbers 1-30 and 36-55: two runs
 
-        inside = topic._publish_envelopes(joined[5:25]).result(5)  # within the first run
-        across = topic._publish_envelopes(joined[25:40]).result(5)  # across both runs
+        inside = batch_ids(topic._publish_batches([joined[5:25]])).result(5)  # within the first run
+        across = batch_ids(topic._publish_batches([joined[25:40]])).result(5)  # across both runs
 
     assert type(joined) is Block
     assert isinstance(inside, MessageIds) and inside == [str(n) for n in range(6, 26)]

@@ -49,6 +49,10 @@ def test_settings_are_frozen() -> None:
         ({"balanced_on_full": "spill"}, "balanced_on_full"),
         ({"broadcast_on_lag": "wait"}, "broadcast_on_lag"),
         ({"balanced_capacity": True}, "balanced_capacity"),
+        ({"ack_timeout": float("inf")}, "ack_timeout"),
+        ({"ack_timeout": float("nan")}, "ack_timeout"),
+        ({"max_pending": 10, "throttle": float("nan")}, "throttle"),
+        ({"throttle": float("inf")}, "throttle"),
     ],
 )
 def test_invalid_settings_name_the_first_failing_setting(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 
@@ -12,6 +13,7 @@ from support.reliability import wait_until
 
 from runtime import Bus, Delivery, Nack, Outcome, PublishReport, Topic
 from runtime.core._publishing import PartlyPublished
+from runtime.core._topic_actor import batch_ids
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 
@@ -221,7 +223,7 @@ def test_a_batch_blocked_midway_on_max_pending_keeps_its_accepted_part_when_clos
 ) -> None:
     topic = bus.create_topic("orders", max_pending=3, ack_timeout=None)
     topic.create_group("held")  # no member: what enters stays pending
-    batch = topic._publish_parts([b"%d" % n for n in range(5)], [{}] * 5, [None] * 5)
+    batch = batch_ids(topic._publish_batches([([b"%d" % n for n in range(5)], [{}] * 5, [None] * 5)]))
     assert wait_until(lambda: topic.stats().pending == 3, 10.0)
     assert not batch.done()  # the other two wait for a slot
 
@@ -303,3 +305,145 @@ def test_lone_publishes_reach_a_broadcast_subscriber_from_when_it_joins(bus: Bus
     assert reader.receive(timeout=5).message == "after"
     assert [group.receive(timeout=5).message for _ in range(2)] == ["before", "after"]
     assert topic.stats().published == 2
+
+
+@pytest.mark.parametrize("attributes", [["x"], {"n": 1}, {1: "v"}, "k=v", {"k": None}])
+def test_publish_refuses_attributes_that_are_not_str_to_str_and_leaves_nothing_behind(
+    bus: Bus, attributes: object,
+) -> None:
+    topic = bus.create_topic("orders", max_pending=1)
+    topic.subscribe(lambda delivery: delivery.ack(), group="billing")
+
+    with pytest.raises(TypeError, match="attributes"):
+        topic.publish("order", attributes=attributes)  # type: ignore[arg-type]
+
+    assert topic.stats().published == 0
+    assert topic.stats().pending == 0
+    assert topic.join(timeout=5.0)
+    outcome = topic.publish("next", attributes={"k": "v"}, timeout=5.0).outcome.result(5.0)
+    assert outcome.acked  # the one max_pending slot was left free
+    assert topic.stats().published == 1
+
+
+def test_publish_refuses_bad_attributes_on_every_path(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    topic.subscription()  # a broadcast reader: not the lone-message path
+
+    with pytest.raises(TypeError):
+        topic.publish("order", attributes={"n": 1})  # type: ignore[dict-item]
+
+    assert topic.stats().published == 0
+    assert topic.stats().pending == 0
+
+
+def test_published_attributes_are_a_copy_of_the_callers(bus: Bus) -> None:
+    topic = bus.create_topic("orders")
+    seen: list[dict[str, str]] = []
+    done = threading.Event()
+
+    def handle(delivery: Delivery[str]) -> None:
+        seen.append(dict(delivery.attributes))
+        delivery.ack()
+        done.set()
+
+    topic.subscribe(handle, group="billing")
+    attributes = {"k": "v"}
+
+    topic.publish("order", attributes=attributes)
+    attributes["k"] = "changed"
+
+    assert done.wait(5.0)
+    assert seen == [{"k": "v"}]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_timeouts_are_refused_before_anything_is_sent(bus: Bus, timeout: float) -> None:
+    topic = bus.create_topic("orders", max_pending=1)
+    topic.subscribe(lambda delivery: delivery.ack(), group="billing")
+
+    with pytest.raises(ValueError, match="timeout"):
+        topic.publish("order", timeout=timeout)
+    with pytest.raises(ValueError, match="timeout"):
+        topic.join(timeout=timeout)
+
+    assert topic.stats().published == 0
+    assert topic.stats().pending == 0
+
+
+def test_a_publish_waiting_for_room_counts_as_published_only_once_it_enters(bus: Bus) -> None:
+    topic = bus.create_topic("orders", max_pending=1)
+    release = threading.Event()
+
+    def hold(delivery: Delivery[str]) -> None:
+        release.wait(10)
+        delivery.ack()
+
+    topic.subscribe(hold, group="billing")
+    topic.publish("first")
+
+    with _publishing(topic, "second") as second:
+        wait_until(lambda: topic.held_by() is not None, 5.0)
+        waiting = topic.stats().published
+        release.set()
+        second.result(5.0)
+
+    assert waiting == 1
+    assert topic.join(timeout=5.0)
+    assert topic.stats().published == 2
+    assert topic.stats().delivered == 2
+
+
+def test_topics_feeding_each_other_raise_a_bounded_wait_that_names_the_cycle() -> None:
+    errors: list[WouldBlock] = []
+    raised = threading.Event()
+
+    def forward(target: Topic[str]) -> Callable[[Delivery[str]], None]:
+        def handle(delivery: Delivery[str]) -> None:
+            try:
+                for _ in range(3):
+                    target.publish("x")  # no timeout: a cycle would wait forever
+            except WouldBlock as exc:
+                errors.append(exc)
+                raised.set()
+                raise
+            delivery.ack()
+        return handle
+
+    with Bus() as bus:
+        a = bus.create_topic("a", balanced_capacity=1, ack_timeout=0.5)
+        b = bus.create_topic("b", balanced_capacity=1, ack_timeout=0.5)
+        a.subscribe(forward(b), group="g", prefetch=1)
+        b.subscribe(forward(a), group="g", prefetch=1)
+        with contextlib.suppress(WouldBlock):
+            for _ in range(4):
+                a.publish("seed", timeout=2.0)
+
+        assert raised.wait(20.0)  # before: both handlers waited for good
+
+    text = str(errors[0])
+    assert "a handler of topic" in text and "cycle" in text
+    assert {"'a'", "'b'"} <= {word.strip(":,()") for word in text.split()}
+
+
+def test_a_handler_publishing_into_its_own_full_topic_gets_a_bounded_wait() -> None:
+    errors: list[WouldBlock] = []
+    raised = threading.Event()
+
+    with Bus() as bus:
+        # max_pending: the slot the handler waits for frees only when it returns.
+        topic = bus.create_topic("loop", max_pending=1, ack_timeout=0.5)
+
+        def handle(delivery: Delivery[str]) -> None:
+            try:
+                for _ in range(3):
+                    topic.publish("again")
+            except WouldBlock as exc:
+                errors.append(exc)
+                raised.set()
+
+        topic.subscribe(handle, group="g", prefetch=1)
+        topic.publish("first", timeout=2.0)
+
+        assert raised.wait(20.0)
+
+    assert "a handler of topic 'loop' waited 0.5 s to publish into its own topic" in str(errors[0])

@@ -12,7 +12,7 @@ import pytest
 from support.publisher import batching
 
 from actors import ActorSystem
-from runtime import Bus
+from runtime import Bus, Message
 from runtime.core._topic_actor import BatchOutcome
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
 from runtime.publisher._actor import RUN
@@ -185,7 +185,7 @@ def test_a_reply_that_raises_is_logged_and_the_topic_goes_on(
         topic.create_group("g")
         topic._publish_run([([b"x"], [{}], [None])], broken)
 
-        ids = topic._publish_parts([b"y"], [{}], [None]).result(10.0)
+        ids = topic._publish_batch([Message(data=b"y")]).result(10.0)
 
     assert ids == ["2"]  # the run's message was published, and the topic still works
     assert any("reply to a publish run" in r.getMessage() for r in caplog.records)

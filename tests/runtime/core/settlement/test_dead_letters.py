@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus, DeadLetter, DeadLetterQueue, Message, Topic
+from runtime.core._topic_actor import batch_ids
 from runtime.errors import TopicClosedError, TopicNotFoundError
 
 
@@ -170,8 +171,8 @@ def test_dead_letter_limit_setting_bounds_the_topic_queue(bus: Bus) -> None:
 def _backlog(bus: Bus, name: str, count: int, limit: int) -> Topic[Any]:
     topic = bus.create_topic(name, dead_letter_limit=limit, ack_timeout=None)
     topic.create_group("g")
-    topic._publish_parts([b"m%d" % i for i in range(count)], [{}] * count, [None] * count
-                         ).result(timeout=10)
+    batch = ([b"m%d" % i for i in range(count)], [{}] * count, [None] * count)
+    batch_ids(topic._publish_batches([batch])).result(timeout=10)
     return topic
 
 
