@@ -223,6 +223,10 @@ class Bus:
             closer.join(timeout=max(deadline - time.monotonic(), 0.0))
         for server in servers:
             server.close()
+        # A Redis topic detaches on its own (nothing to sweep: what waits stays in Redis).
+        for topic in [t for t in topics if not isinstance(t, Topic)]:
+            topic.close()
+        topics = [t for t in topics if isinstance(t, Topic)]
         for topic in topics:
             topic._refuse_publishers()
         for topic in topics:
