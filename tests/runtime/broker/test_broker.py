@@ -11,7 +11,7 @@ from actors.errors import MessageNotSerializableError
 from runtime import Bus, Message
 from runtime.broker._client import Channel
 from runtime.broker._remote import RemoteBus, connect
-from runtime.broker._server import BusServer, serve
+from runtime.broker._server import BusServer
 from runtime.errors import MessageTypeError, SettlementError, TopicNotFoundError, WouldBlock
 
 KEY = b"broker-test-key"
@@ -24,18 +24,6 @@ def bus() -> Iterator[Bus]:
         bus.create_topic("orders", ack_timeout=None, max_delivery_attempts=3)
         bus.create_topic("typed", message_type=bytes)
         yield bus
-
-
-@pytest.fixture
-def server(bus: Bus) -> Iterator[BusServer]:
-    with serve(bus, authkey=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def remote(server: BusServer) -> Iterator[RemoteBus]:
-    with connect(server.address, authkey=KEY) as remote:
-        yield remote
 
 
 def test_remote_bus_lists_topics_and_stats(remote: RemoteBus) -> None:

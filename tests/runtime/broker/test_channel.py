@@ -17,7 +17,7 @@ from support.frames import frame, reply
 from runtime import Bus
 from runtime.broker._auth import authenticate_server
 from runtime.broker._client import Channel
-from runtime.broker._remote import RemoteBus, connect
+from runtime.broker._remote import RemoteBus
 from runtime.broker._server import BusServer, serve
 from runtime.broker._wire import CALL_ID, encode, framed, unframed
 from runtime.errors import BrokerTimeoutError, TopicClosedError
@@ -30,18 +30,6 @@ def bus() -> Iterator[Bus]:
     with Bus() as bus:
         bus.create_topic("orders", ack_timeout=None)
         yield bus
-
-
-@pytest.fixture
-def server(bus: Bus) -> Iterator[BusServer]:
-    with serve(bus, authkey=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def remote(server: BusServer) -> Iterator[RemoteBus]:
-    with connect(server.address, authkey=KEY) as remote:
-        yield remote
 
 
 @pytest.mark.parametrize("timeout", [math.nan, math.inf, -math.inf])

@@ -8,8 +8,8 @@ import pytest
 
 from runtime import Bus
 from runtime.broker._client import Channel
-from runtime.broker._remote import RemoteBus, connect
-from runtime.broker._server import BusServer, serve
+from runtime.broker._remote import RemoteBus
+from runtime.broker._server import BusServer
 from runtime.broker._wire import NotTransferableError
 
 KEY = b"remote-dead-letters-key"
@@ -25,18 +25,6 @@ def bus() -> Iterator[Bus]:
         orders = bus.create_topic("orders", ack_timeout=None)
         orders.subscribe(lambda d: d.nack("refused"), group="billing")
         yield bus
-
-
-@pytest.fixture
-def server(bus: Bus) -> Iterator[BusServer]:
-    with serve(bus, authkey=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def remote(server: BusServer) -> Iterator[RemoteBus]:
-    with connect(server.address, authkey=KEY) as remote:
-        yield remote
 
 
 def dead_lettered(bus: Bus, *messages: object) -> None:

@@ -11,8 +11,8 @@ import pytest
 from support.reliability import wait_until
 
 from runtime import Bus
-from runtime.broker._remote import RemoteBus, connect
-from runtime.broker._server import BusServer, serve
+from runtime.broker._remote import RemoteBus
+from runtime.broker._server import BusServer
 from runtime.errors import SettlementError
 
 KEY = b"remote-delivery-key"
@@ -24,18 +24,6 @@ def bus() -> Iterator[Bus]:
         bus.create_topic("orders", ack_timeout=None)
         bus.create_topic("short", ack_timeout=0.2)
         yield bus
-
-
-@pytest.fixture
-def server(bus: Bus) -> Iterator[BusServer]:
-    with serve(bus, authkey=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def remote(server: BusServer) -> Iterator[RemoteBus]:
-    with connect(server.address, authkey=KEY) as remote:
-        yield remote
 
 
 def test_a_publisher_message_without_attributes_crosses_a_remote_receive(
