@@ -183,6 +183,10 @@ logarithmic; the dashed line is the baseline's own speed.
   runs; its figures mean little). Quick runs are noisier than full ones.
 - **Skips and failures.** A scenario that cannot run here (no Java, no pyspark) is a row with
   the reason; one that fails is a row with the error. Neither stops the run.
+- **The traced path.** `python -m benchmarks.trace topic|publisher [--list] [--json]` counts
+  the library functions, files and threads one message runs through in the parent (a
+  `topic.publish` to a worker group and its outcome; a `Publisher.publish` to its confirmed
+  future): the size of the path a maintainer reads, beside its speed.
 
 ## Reproduce
 
