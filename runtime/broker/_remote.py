@@ -11,7 +11,7 @@ from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel, au
 from runtime.broker._protocol import check_timeout, plain_message, wire_types
 from runtime.broker._remote_subscription import RemotePullSubscription
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
-from runtime.core._message import Message
+from runtime.core._message import new_message
 from runtime.core.settlement._dead_letters import DeadLetter
 
 __all__ = ["RemoteBus", "RemoteTopic", "connect"]
@@ -217,18 +217,27 @@ class RemoteDeadLetters:
 
 
 class _BatchPath:
-    """The seam a `Publisher` sends batches through: one frame per batch."""
+    """The seam a `Publisher` sends batches through (`_publish_batches`, as to a local
+    topic): one ``publish_batch`` call per batch, each confirmed or failed alone."""
 
     def __init__(self, name: str, channel: Channel) -> None:
         self.name = name
         self._channel = channel
 
-    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
-        future: Future[Sequence[str]] = Future()
-        try:
-            future.set_result(self._channel.call("publish_batch", self.name, list(messages)))
-        except Exception as exc:
-            future.set_exception(exc)
+    def _publish_batches(
+        self, parts: Sequence[tuple[list[bytes], list[dict[str, str]], Sequence[str | None]]],
+    ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]:
+        """Publish each batch with one call to the broker (blocks for the replies); a done
+        future of their outcomes, in order."""
+        outcomes: list[tuple[Sequence[str] | None, BaseException | None]] = []
+        for datas, attributes, keys in parts:
+            messages = list(map(new_message, datas, attributes, keys))
+            try:
+                outcomes.append((self._channel.call("publish_batch", self.name, messages), None))
+            except Exception as exc:
+                outcomes.append((None, exc))
+        future: Future[list[tuple[Sequence[str] | None, BaseException | None]]] = Future()
+        future.set_result(outcomes)
         return future
 
 

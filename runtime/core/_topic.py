@@ -23,7 +23,6 @@ from runtime.core._stats import TopicStats
 from runtime.core._topic_actor import (
     Batch,
     BatchOutcome,
-    Parts,
     PublishBatches,
     TopicActor,
     batch_ids,
@@ -255,8 +254,9 @@ class Topic(Generic[T]):
         return future
 
     def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
-        """`_publish_batches` of one batch of `Message` objects, as a future of its ids
-        (the `BatchTopic` face a Publisher shares with a remote topic)."""
+        """`_publish_batches` of one batch of `Message` objects, as a future of its ids: a
+        convenience for tests and tools (the Publisher, the broker and the Spark sink
+        call `_publish_batches`)."""
         return batch_ids(self._publish_batches([parts_of(messages)]))
 
     def _stamp_parts(
@@ -269,20 +269,6 @@ class Topic(Generic[T]):
             TopicClosedError, MessageTypeError, TypeError: the batch is refused whole.
         """
         return self._path.stamp_parts(datas, attributes, keys)
-
-    def _publish_run(
-        self, parts: Sequence[Parts], reply: Callable[[list[BatchOutcome]], None],
-    ) -> None:
-        """`_publish_batches` with ``reply(outcomes)`` called once, in the topic's thread
-        (in this one when the topic is closed): the call a Publisher made before
-        `_publish_batches`; a reply that raises is logged, the topic goes on."""
-        def answer(outcomes: Future[list[BatchOutcome]]) -> None:
-            try:
-                reply(outcomes.result())
-            except Exception:  # the sender's bug
-                logger.exception("the reply to a publish run of %d batches failed", len(parts))
-
-        self._publish_batches(parts).add_done_callback(answer)
 
     def _check_open(self) -> None:
         """Raise `TopicClosedError` once the topic is closed."""

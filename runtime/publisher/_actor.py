@@ -8,8 +8,8 @@ Callers (the `Publisher` handle) reach it through its mailbox:
   the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
 - `Tick` comes from the ticker at the earliest batch deadline;
-- `RunDone` comes back from a local topic, once per run of batches sent together
-  (a run), and `BatchDone` from any other topic's future, once per batch;
+- `RunDone` comes back from the topic's future, once per run of batches sent together
+  (a run), with an outcome per batch;
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
@@ -35,7 +35,6 @@ from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
 from runtime.publisher._intake import Accepted, Intake, fail_slice, resolve_slice
 from runtime.publisher._messages import (
-    BatchDone,
     BatchTopic,
     Drain,
     Flush,
@@ -44,6 +43,7 @@ from runtime.publisher._messages import (
     SendNow,
     SetOptions,
     Tick,
+    checked,
 )
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
@@ -62,8 +62,7 @@ class PublisherActor(Actor):
     """Batches messages per lane, sends them to ``topic``, settles their futures.
 
     Args:
-        topic: anything with ``name`` and ``_publish_batch`` (a local topic also has
-            ``_publish_run``).
+        topic: anything with ``name`` and ``_publish_batches`` (`BatchTopic`).
         gate: the flow-control gate shared with the handle; released here.
         intake: where the handle leaves admitted messages for `Drain`.
         batching: the initial thresholds.
@@ -120,8 +119,6 @@ class PublisherActor(Actor):
             self._drain()
         elif isinstance(message, RunDone):
             self._run_done(message)
-        elif isinstance(message, BatchDone):
-            self._batch_done(message)
         elif isinstance(message, Tick):
             self._tick()
         elif isinstance(message, SendNow):
@@ -225,24 +222,12 @@ class PublisherActor(Actor):
     def _send_outbox(self) -> None:
         """Send the ready batches: the Publisher's one call into the topic.
 
-        A local topic takes runs of up to `RUN` batches, one mailbox message and one
-        reply (`RunDone`, an outcome per batch) each; any other topic takes each batch
-        as `Message` objects and answers with a future (`BatchDone`).
+        The topic takes runs of up to `RUN` batches (`_publish_batches`: one call and one
+        future each); the future's outcomes come back as one `RunDone`.
         """
         batches, self._outbox = self._outbox, []
         ref = self._self_ref
         assert ref is not None
-        publish_run = getattr(self._topic, "_publish_run", None)
-        if publish_run is None:
-            for batch in batches:
-                try:
-                    result = self._topic._publish_batch(batch.messages)
-                except Exception as exc:  # a topic should fail the future; tolerate a raise
-                    result = Future()
-                    result.set_exception(exc)
-                self._in_flight[batch.id] = result
-                result.add_done_callback(partial(_tell_done, ref, batch.id))
-            return
         for start in range(0, len(batches), RUN):
             run = batches[start:start + RUN]
             sent = list(map(_ID, run))  # a new list per run: its identity marks the reply
@@ -250,28 +235,18 @@ class PublisherActor(Actor):
                 self._in_flight[batch.id] = sent
             parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
             try:
-                publish_run(parts, partial(_tell_run_done, ref, sent))
-            except Exception as exc:  # a topic should reply with the failure; tolerate a raise
+                outcomes = self._topic._publish_batches(parts)
+            except Exception as exc:  # a topic should answer with the failure; tolerate a raise
                 _tell_run_done(ref, sent, [(None, exc)] * len(parts))
-
-    def _batch_done(self, done: BatchDone) -> None:
-        # Identity check: a reply meant for an earlier incarnation (ids restart) is ignored.
-        if self._in_flight.get(done.batch_id) is not done.result:
-            return
-        self._finish(done.batch_id, *done.outcome(len(self._outstanding[done.batch_id])))
-        if self._gate.congested:
-            self._relieve()
+                continue
+            outcomes.add_done_callback(partial(_tell_outcomes, ref, sent, len(parts)))
 
     def _run_done(self, done: RunDone) -> None:
         """Finish a run's batches, each on its own outcome."""
         for batch_id, (ids, error) in zip(done.run, done.outcomes, strict=True):
             if self._in_flight.get(batch_id) is not done.run:  # as in `_batch_done`
                 continue
-            count = len(self._outstanding[batch_id].datas)
-            if error is None and ids is not None and len(ids) != count:
-                error = PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
-                ids = None
-            self._finish(batch_id, ids, error)
+            self._finish(batch_id, *checked(ids, error, len(self._outstanding[batch_id].datas)))
         if self._gate.congested:
             self._relieve()
 
@@ -361,8 +336,17 @@ def _given(error: BaseException | None) -> BaseException:
     return error
 
 
-def _tell_done(ref: Ref, batch_id: int, result: Future[Sequence[str]]) -> None:
-    ref.tell(BatchDone(batch_id=batch_id, result=result))
+def _tell_outcomes(
+    ref: Ref, run: list[int], count: int,
+    outcomes: Future[list[tuple[Sequence[str] | None, BaseException | None]]],
+) -> None:
+    """The topic's future of a run is done: its outcomes to the actor (a future that failed,
+    which a topic should not let happen, fails every batch of the run)."""
+    try:
+        resolved = outcomes.result()
+    except BaseException as exc:
+        resolved = [(None, exc)] * count
+    _tell_run_done(ref, run, resolved)
 
 
 def _tell_run_done(

@@ -10,13 +10,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from runtime.core._message import Message
-from runtime.core._publishing import PartlyPublished
+from runtime.core._topic_actor import Parts
 from runtime.errors import PublishError
 from runtime.publisher._batching import BatchSettings
 
 __all__ = [
-    "BatchDone",
     "BatchTopic",
     "Drain",
     "Flush",
@@ -30,17 +28,19 @@ __all__ = [
 
 
 class BatchTopic(Protocol):
-    """What a Publisher needs from a topic: its name and a non-blocking batch publish.
+    """What a Publisher needs from a topic: its name and the topic's one batch call.
 
-    A local `Topic` also has ``_publish_parts(datas, attributes, keys)``, which takes a
-    batch as the parallel lists the Publisher keeps; the Publisher uses it when present
-    (no `Message` object per message on the way in).
+    ``_publish_batches(parts)`` takes batches as the parallel lists the Publisher keeps
+    (``(datas, attributes, keys)``) and returns a future of one ``(ids, error)`` outcome
+    per batch, in order (a local `Topic`, a Redis topic and a remote topic alike).
     """
 
     @property
     def name(self) -> str: ...
 
-    def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]: ...
+    def _publish_batches(
+        self, parts: Sequence[Parts],
+    ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class Flush:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunDone:
-    """Tell, from the topic's reply to a run of batches sent together: each batch's ids
+    """Tell, from the topic's future of a run of batches sent together: each batch's ids
     or failure. ``run`` is the list of the batches' ids the run was sent with: its
     identity marks the replies meant for it."""
 
@@ -83,25 +83,6 @@ def checked(
     if error is None and ids is not None and len(ids) != count:
         return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
     return ids, error
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchDone:
-    """Tell, from the topic's future callback: a sent batch is confirmed or failed."""
-
-    batch_id: int
-    result: Future[Sequence[str]]
-
-    def outcome(self, count: int) -> tuple[Sequence[str] | None, BaseException | None]:
-        """The ids of the batch's ``count`` messages, or the error that fails them all;
-        both when the topic accepted only a prefix of the batch."""
-        try:
-            ids = self.result.result(timeout=0)
-        except PartlyPublished as partial:
-            return partial.ids, partial.error
-        except BaseException as exc:  # CancelledError included: the batch failed
-            return None, exc
-        return checked(ids, None, count)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

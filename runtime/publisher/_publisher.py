@@ -57,7 +57,8 @@ class Publisher:
     is reached, and resolves each future when the topic confirms its messages.
 
     Args:
-        topic: the target; anything with ``name`` and ``_publish_batch(messages)``.
+        topic: the target; anything with ``name`` and ``_publish_batches(parts)``
+            (`BatchTopic`: a local, Redis or remote topic).
         batching: the batch thresholds (default `BatchSettings()`).
         flow_control: the outstanding limits (default: unlimited).
         message_ordering: give each ordering key its own lane: one batch in flight per

@@ -121,7 +121,7 @@ class Publishing:
 
     @staticmethod
     def message_fields(datas: list[bytes], attributes: list[dict[str, str]],
-                       keys: list[str | None]) -> list[tuple[bytes, str, str, str]]:
+                       keys: Sequence[str | None]) -> list[tuple[bytes, str, str, str]]:
         """The fields of a Publisher batch: its data, keys and attributes were checked
         by the Publisher, so this only lays them out (the per-message hot path)."""
         dumps = json.dumps

@@ -171,36 +171,34 @@ class RedisTopic(Generic[T]):
             self._publishers.append(publisher)
         return publisher
 
-    def _publish_run(self, parts: list[tuple[list[bytes], list[dict[str, str]],
-                                             list[str | None]]],
-                     reply: Callable[[list[tuple[Sequence[str] | None,
-                                                 BaseException | None]]], None]) -> None:
-        """The Publisher's batch call: every batch in one round trip (a script call
-        each, so each is confirmed or failed alone); ``reply`` gets them in order.
+    def _publish_batches(
+        self, parts: Sequence[tuple[list[bytes], list[dict[str, str]], Sequence[str | None]]],
+    ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]:
+        """The topic's batch call (the Publisher's): every batch in one round trip (a
+        script call each, so each is confirmed or failed alone); a done future of their
+        outcomes, in order.
 
-        Runs in the Publisher's thread and blocks it while ``max_pending`` holds."""
-        checked = self._path.check_open_for_messages
+        Runs in the caller's thread and blocks it while ``max_pending`` holds."""
+        future: Future[list[tuple[Sequence[str] | None, BaseException | None]]] = Future()
         try:
-            checked()
+            self._path.check_open_for_messages()
             batches = [self._path.message_fields(*part) for part in parts]
             accepted = self._path.send(batches, None)
         except Exception as exc:
-            reply([(None, exc)] * len(parts))
-            return
-        reply([(batch.ids, None) for batch in accepted])
+            future.set_result([(None, exc)] * len(parts))
+            return future
+        future.set_result([(batch.ids, None) for batch in accepted])
+        return future
 
     def _publish_batch(self, messages: list[Message]) -> Future[Sequence[str]]:
-        """`_publish_run` of one batch of `Message` objects, as a future of the ids."""
+        """`_publish_batches` of one batch of `Message` objects, as a future of the ids:
+        a convenience for tests and tools."""
         future: Future[Sequence[str]] = Future()
-
-        def settle(outcomes: list[tuple[Sequence[str] | None, BaseException | None]]) -> None:
-            ids, error = outcomes[0]
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(ids or [])
-
-        self._publish_run([parts_of(messages)], settle)
+        ((ids, error),) = self._publish_batches([parts_of(messages)]).result()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(ids or [])
         return future
 
     def subscribe(self, handler: Callable[[Any], Any], *, group: str | None = None,

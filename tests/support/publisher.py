@@ -1,8 +1,9 @@
 """Shared helpers of the Publisher tests: a fake topic that records every batch it gets.
 
 The fake implements the seam a real topic offers a Publisher: ``name`` and
-``_publish_batch(messages) -> Future[list[str]]``. It confirms at once, or holds
-batches until the test confirms or fails them.
+``_publish_batches(parts) -> Future[list[(ids, error)]]``, each batch through
+``_publish_batch(messages)`` (which tests override to watch single batches). It confirms
+at once, or holds batches until the test confirms or fails them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from runtime.core._message import Message
+from runtime.core._message import Message, new_message
+from runtime.core._topic_actor import BatchOutcome, Parts
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowGate
 
@@ -23,6 +25,11 @@ LONG = 60.0  # seconds: a batch latency no test waits for
 def batching(**overrides: float) -> BatchSettings:
     """Batch settings whose latency never fires unless a test sets it."""
     return BatchSettings(**{"max_latency": LONG, **overrides})  # type: ignore[arg-type]
+
+
+def _outcome(batch: Future[list[str]]) -> BatchOutcome:
+    error = batch.exception()
+    return (None, error) if error is not None else (batch.result(), None)
 
 
 class FakeTopic:
@@ -37,6 +44,24 @@ class FakeTopic:
         self.held: list[tuple[list[Message], Future[list[str]]]] = []
         self._ids = itertools.count(1)
         self._condition = threading.Condition()
+
+    def _publish_batches(self, parts: Sequence[Parts]) -> Future[list[BatchOutcome]]:
+        """Each batch through `_publish_batch`; one future once all of them settled."""
+        batches = [self._publish_batch(list(map(new_message, *part))) for part in parts]
+        outcomes: Future[list[BatchOutcome]] = Future()
+        left = [len(batches)]
+        lock = threading.Lock()
+
+        def one_done(_: Future[list[str]]) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            outcomes.set_result([_outcome(batch) for batch in batches])
+
+        for batch in batches:
+            batch.add_done_callback(one_done)
+        return outcomes
 
     def _publish_batch(self, messages: list[Message]) -> Future[list[str]]:
         future: Future[list[str]] = Future()

@@ -1,18 +1,17 @@
-"""Runs: a Publisher sends the batches one mail made ready to a local topic in one
-message (`Topic._publish_run`), and settles each from the one reply."""
+"""Runs: a Publisher sends the batches one mail made ready to a topic in one call
+(`Topic._publish_batches`), and settles each from the one future."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
 
 import pytest
 from support.publisher import batching
 
 from actors import ActorSystem
-from runtime import Bus, Message
+from runtime import Bus
 from runtime.core._topic_actor import BatchOutcome
 from runtime.errors import OrderingKeyPausedError, TopicClosedError
 from runtime.publisher._actor import RUN
@@ -23,7 +22,7 @@ Parts = list[tuple[list[bytes], list[dict[str, str]], list[str | None]]]
 
 
 class RunTopic:
-    """A local topic's run seam: records each run, replies when the test says so."""
+    """A topic's batch seam: records each run, resolves its future when the test says so."""
 
     def __init__(self, *, raises: BaseException | None = None) -> None:
         self.name = "runs"
@@ -31,14 +30,13 @@ class RunTopic:
         self.runs: list[tuple[Parts, Callable[[list[BatchOutcome]], None]]] = []
         self.arrived = threading.Event()
 
-    def _publish_run(self, parts: Parts, reply: Callable[[list[BatchOutcome]], None]) -> None:
+    def _publish_batches(self, parts: Parts) -> Future[list[BatchOutcome]]:
         if self.raises is not None:
             raise self.raises
-        self.runs.append((parts, reply))
+        future: Future[list[BatchOutcome]] = Future()
+        self.runs.append((parts, future.set_result))
         self.arrived.set()
-
-    def _publish_batch(self, messages: list[Any]) -> Future[Sequence[str]]:
-        raise AssertionError("a topic with runs gets no single batch")
+        return future
 
 
 def _flushing_three_keys(
@@ -139,53 +137,28 @@ def test_a_topic_that_raises_fails_every_batch_of_the_run(system: ActorSystem) -
     publisher.close(10.0)
 
 
-def test_a_local_topic_replies_once_with_each_batch_s_ids_in_order() -> None:
-    replies: list[list[BatchOutcome]] = []
-    replied = threading.Event()
-
-    def reply(outcomes: list[BatchOutcome]) -> None:
-        replies.append(outcomes)
-        replied.set()
-
+def test_a_local_topic_resolves_one_future_with_each_batch_s_ids_in_order() -> None:
     with Bus() as bus:
         topic = bus.create_topic("runs", ack_timeout=None, balanced_capacity=RUN * 10)
         topic.create_group("g")
-        topic._publish_run([([b"x"] * 2, [{}] * 2, [None] * 2), ([b"y"], [{"k": "v"}], ["k"])],
-                           reply)
-        assert replied.wait(10.0)
+        outcomes = topic._publish_batches(
+            [([b"x"] * 2, [{}] * 2, [None] * 2), ([b"y"], [{"k": "v"}], ["k"])]).result(10.0)
         stats = topic.stats()
 
-    assert replies == [[(["1", "2"], None), (["3"], None)]]
+    assert outcomes == [(["1", "2"], None), (["3"], None)]
     assert stats.published == 3 and stats.pending == 3
 
 
-def test_a_closed_topic_refuses_a_run_at_once_in_the_caller_s_thread() -> None:
-    replies: list[tuple[list[BatchOutcome], int]] = []
+def test_a_closed_topic_refuses_a_run_at_once() -> None:
     with Bus() as bus:
         topic = bus.create_topic("runs")
         topic.close()
 
-        topic._publish_run([([b"x"], [{}], [None])] * 2,
-                           lambda outcomes: replies.append((outcomes, threading.get_ident())))
+        future = topic._publish_batches([([b"x"], [{}], [None])] * 2)
 
-    [(outcomes, thread)] = replies
-    assert thread == threading.get_ident()
+    assert future.done()
+    outcomes = future.result()
     assert [ids for ids, _ in outcomes] == [None, None]
     assert all(isinstance(error, TopicClosedError) for _, error in outcomes)
 
 
-def test_a_reply_that_raises_is_logged_and_the_topic_goes_on(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    def broken(outcomes: list[BatchOutcome]) -> None:
-        raise RuntimeError("reply broke")
-
-    with Bus() as bus:
-        topic = bus.create_topic("runs", ack_timeout=None)
-        topic.create_group("g")
-        topic._publish_run([([b"x"], [{}], [None])], broken)
-
-        ids = topic._publish_batch([Message(data=b"y")]).result(10.0)
-
-    assert ids == ["2"]  # the run's message was published, and the topic still works
-    assert any("reply to a publish run" in r.getMessage() for r in caplog.records)
