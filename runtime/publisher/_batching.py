@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runtime.core._message import Message, new_message
 from runtime.errors import PublishError
 from runtime.publisher._intake import Accepted, Slice
 
@@ -68,8 +67,8 @@ class Batch:
     """Messages of one lane that go to the topic together, with where their ids go.
 
     The messages are kept as parallel lists (data, attributes, ordering key), the form
-    the topic takes a batch in; `messages` builds `Message` objects for a topic that
-    takes those instead. Their ids go to the `Slice` of each run the batch holds.
+    the topic takes a batch in (`_publish_batches`). Their ids go to the `Slice` of each
+    run the batch holds.
 
     Attributes:
         id: unique per Batcher, increasing in creation order.
@@ -90,11 +89,6 @@ class Batch:
         self.keys: list[str | None] = []
         self.slices: list[Slice] = []
         self.size = 0
-
-    @property
-    def messages(self) -> list[Message]:
-        """The messages, in publish order (built on each call: read it once, to send)."""
-        return list(map(new_message, self.datas, self.attributes, self.keys))
 
     def extend(self, run: Accepted, start: int, end: int, size: int) -> None:
         """Append messages ``start`` to ``end - 1`` of ``run`` (``size`` bytes in all)."""

@@ -31,7 +31,7 @@ def add_message(batcher: Batcher, key: str | None, message: Message) -> list[Bat
 
 
 def sizes(batch: Batch) -> list[int]:
-    return [len(message.data) for message in batch.messages]
+    return [len(data) for data in batch.datas]
 
 
 def test_defaults_match_the_contract() -> None:
