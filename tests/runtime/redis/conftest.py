@@ -3,6 +3,7 @@ loopback port and stopped by its pid."""
 
 from __future__ import annotations
 
+import select
 import shutil
 import socket
 import subprocess
@@ -40,34 +41,41 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start it and wait until it answers PING (up to 10 s)."""
+        """Start it and wait until it says it accepts connections (up to 10 s)."""
         assert REDIS_SERVER is not None
         durability = (["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly
                       else ["--appendonly", "no"])
-        self.process = subprocess.Popen(
+        # Its log goes to a pipe: the "Ready to accept connections" line is the readiness
+        # signal. Nothing else is logged at this level until shutdown (no saves, no AOF
+        # rewrites in a test), so the pipe never fills.
+        self.process = process = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              *durability, "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)  # unbuffered: select sees every line
+        assert process.stdout is not None
         deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
-            time.sleep(0.02)  # polling a process that has no readiness signal
-        raise RuntimeError("redis-server did not answer PING within 10 s")
+        while (remaining := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([process.stdout], [], [], remaining)
+            if not readable:
+                break
+            line = process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"redis-server exited with {process.wait(timeout=10)}")
+            if b"Ready to accept connections" in line:
+                return
+        raise RuntimeError("redis-server was not ready within 10 s")
 
     def kill(self) -> None:
         """SIGKILL it (a crash: no final fsync) and reap it."""
         if self.process is not None:
             self.process.kill()
             self.process.wait(timeout=10)
-            self.process = None
+            self._close_log()
+
+    def _close_log(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        self.process.stdout.close()
+        self.process = None
 
     def stop(self) -> None:
         """Terminate it by its pid and reap it."""
@@ -78,7 +86,7 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
-            self.process = None
+            self._close_log()
 
 
 def _free_port() -> int:

@@ -20,7 +20,7 @@ class _SlowToPickle:
     """A message whose pickling takes longer than the topic's ack timeout."""
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        time.sleep(0.8)  # slow work in the parent, not a synchronisation
+        time.sleep(0.8)  # sleep-ok: slow pickling in the parent, not a synchronisation
         return (str, ("slow",))
 
 
@@ -48,7 +48,7 @@ def test_a_hand_over_waiting_behind_a_slow_one_is_never_acked_after_it_timed_out
 
     def handler(delivery: Delivery[int]) -> None:
         if delivery.message == 0:
-            time.sleep(1.0)  # slow work past the ack deadline, not a synchronisation
+            time.sleep(1.0)  # sleep-ok: slow work past the ack deadline, not a synchronisation
         try:
             delivery.ack()
             kind = "ok"
