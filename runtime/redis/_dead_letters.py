@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from runtime.core.settlement._dead_letters import DeadLetter
+from runtime.core.settlement._dead_letters import DeadLetter, republish_drained
 from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.redis._records import Codec
@@ -89,14 +89,7 @@ class RedisDeadLetters:
             TopicClosedError: the target topic is closed.
         """
         republish = self._replayer(topic)
-        items = self.drain()
-        for index, item in enumerate(items):
-            try:
-                republish(item)
-            except BaseException:
-                self._restore(items[index:])
-                raise
-        return len(items)
+        return republish_drained(self.drain(), republish, self._restore)
 
     def _restore(self, items: list[DeadLetter]) -> None:
         """Put letters a failed replay did not send back (as new entries, oldest first)."""

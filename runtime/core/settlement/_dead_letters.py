@@ -13,7 +13,7 @@ from typing import Any
 from runtime.core._envelope import ATTRIBUTES, KEY, message_id, message_of
 from runtime.core.settlement._delivery import Delivery
 
-__all__ = ["DeadLetter", "DeadLetterQueue", "dead_letter_of"]
+__all__ = ["DeadLetter", "DeadLetterQueue", "dead_letter_of", "republish_drained"]
 
 logger = logging.getLogger(__name__)
 
@@ -163,14 +163,7 @@ class DeadLetterQueue:
         if self._replayer is None:
             raise RuntimeError("this dead-letter queue has no topic to replay to")
         republish = self._replayer(topic)
-        items = self.drain()
-        for index, item in enumerate(items):
-            try:
-                republish(item)
-            except BaseException:
-                self._restore(items[index:])
-                raise
-        return len(items)
+        return republish_drained(self.drain(), republish, self._restore)
 
     def keeps(self) -> int | None:
         """How many of a run of new letters can survive (the limit), when only those need
@@ -205,3 +198,18 @@ class DeadLetterQueue:
     def _restore(self, items: list[DeadLetter]) -> None:
         with self._lock:
             self._items.extendleft(reversed(items))
+
+
+def republish_drained(
+    items: list[DeadLetter], republish: Callable[[DeadLetter], Any],
+    restore: Callable[[list[DeadLetter]], None],
+) -> int:
+    """Republish drained letters oldest first; the count. A letter that fails to go
+    ``restore``s itself and every later one (nothing drained is lost), then raises."""
+    for index, item in enumerate(items):
+        try:
+            republish(item)
+        except BaseException:
+            restore(items[index:])
+            raise
+    return len(items)
