@@ -25,7 +25,7 @@ from runtime.broker._wire import (
 )
 from runtime.errors import BrokerTimeoutError
 
-__all__ = ["Address", "Channel", "authkey_bytes", "os_reason", "parse_address", "spelled"]
+__all__ = ["Address", "Channel", "authkey_bytes", "os_reason", "parse_address", "shut_down", "spelled"]
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ class Channel:
             if self._sleepers:
                 self._changed.notify_all()
         if self._users:
-            _shutdown(connection)
+            shut_down(connection)
         else:
             connection.close()
 
@@ -316,7 +316,7 @@ class Channel:
         self.close()
 
 
-def _shutdown(connection: Connection) -> None:
+def shut_down(connection: Connection) -> None:
     """Wake whoever blocks on ``connection`` (a shutdown through a duplicate descriptor)."""
     try:
         sock = socket.socket(fileno=os.dup(connection.fileno()))

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +26,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from runtime.broker._auth import authenticate_server
-from runtime.broker._client import os_reason
+from runtime.broker._client import os_reason, shut_down
 from runtime.broker._protocol import (
     DeliveryFrame,
     check_timeout,
@@ -197,19 +195,9 @@ class Session:
 
     def _shut_down(self) -> None:
         """Shut the socket down both ways: whoever blocks on it wakes (it stays open)."""
-        with self._lock:
-            if self.connection.closed:
-                return
-            try:
-                sock = socket.socket(fileno=os.dup(self.connection.fileno()))
-            except OSError:
-                return
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already disconnected
-        finally:
-            sock.close()
+        with self._lock:  # not while the receiver closes it
+            if not self.connection.closed:
+                shut_down(self.connection)
 
     def _serve(self) -> None:
         while True:
