@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from actors import Ref
+from runtime.core._settings import check_timeout
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.settlement._tranche import Tranche
@@ -113,7 +114,9 @@ class PullSubscription(Subscription, Generic[T]):
         Raises:
             TimeoutError: nothing arrived within ``timeout`` seconds.
             TopicClosedError: the topic is closed (and nothing is left) or unsubscribed.
+            ValueError: ``timeout`` is NaN or infinite.
         """
+        check_timeout("timeout", timeout)
         return self._source.receive(timeout)
 
     def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Delivery[T]]:
@@ -122,10 +125,11 @@ class PullSubscription(Subscription, Generic[T]):
         Raises:
             TimeoutError: nothing arrived within ``timeout`` seconds.
             TopicClosedError: the topic is closed (and nothing is left) or unsubscribed.
-            ValueError: ``max_messages`` < 1.
+            ValueError: ``max_messages`` < 1, or ``timeout`` is NaN or infinite.
         """
         if max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        check_timeout("timeout", timeout)
         return self._source.receive_many(max_messages, timeout)
 
     def receive_tranches(self, max_messages: int, timeout: float | None = None) -> list[Tranche]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -143,3 +144,17 @@ def test_broadcast_subscriber_removed_keeps_others_fed(bus: Bus) -> None:
     assert report.broadcast == 1
     stays.receive(timeout=5).ack()
     assert report.outcome.result(timeout=5).acked
+
+
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -math.inf])
+def test_receive_refuses_a_timeout_that_is_not_finite(bus: Bus, timeout: float) -> None:
+    topic = bus.create_topic("t")
+    pull = topic.subscription(group="g")
+    topic.publish("waiting")
+
+    with pytest.raises(ValueError, match="timeout"):
+        pull.receive(timeout=timeout)
+    with pytest.raises(ValueError, match="timeout"):
+        pull.receive_many(10, timeout=timeout)
+
+    assert pull.receive(timeout=5).message == "waiting"  # nothing was taken meanwhile
