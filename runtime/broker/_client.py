@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from runtime.broker._auth import authenticate_client
-from runtime.broker._protocol import check_timeout, wire_types
+from runtime.broker._protocol import wire_types
 from runtime.broker._wire import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameRefusedError,
@@ -23,6 +23,7 @@ from runtime.broker._wire import (
     framed,
     unframed,
 )
+from runtime.core._settings import check_timeout
 from runtime.errors import BrokerTimeoutError
 
 __all__ = ["Address", "Channel", "authkey_bytes", "os_reason", "parse_address", "shut_down", "spelled"]

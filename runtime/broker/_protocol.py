@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,6 @@ from runtime.core.settlement._dead_letters import DeadLetter
 
 __all__ = [
     "DeliveryFrame",
-    "check_timeout",
     "plain_letter",
     "plain_message",
     "transferable",
@@ -71,23 +69,6 @@ def wire_types(allow: Iterable[type] = ()) -> TypeRegistry:
     types += [t for t in vars(errors).values()
               if isinstance(t, type) and issubclass(t, errors.BusError)]
     return TypeRegistry(types, allow)
-
-
-def check_timeout(name: str, value: object) -> None:
-    """Refuse a timeout no wait can honour, before anything is sent.
-
-    None (no bound) and finite numbers pass; a number <= 0 means "do not wait".
-
-    Raises:
-        TypeError: not a number (``bool`` included).
-        ValueError: NaN or infinite.
-    """
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds or None, got {type(value).__qualname__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite (or None for no bound), got {value!r}")
 
 
 def plain_message(message: Any) -> Any:

@@ -8,10 +8,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel, authkey_bytes
-from runtime.broker._protocol import check_timeout, plain_message, wire_types
+from runtime.broker._protocol import plain_message, wire_types
 from runtime.broker._remote_subscription import RemotePullSubscription
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
 from runtime.core._message import new_message
+from runtime.core._settings import check_timeout
 from runtime.core.settlement._dead_letters import DeadLetter
 
 __all__ = ["RemoteBus", "RemoteTopic", "connect"]

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from runtime.broker._client import Channel
-from runtime.broker._protocol import DeliveryFrame, check_timeout
+from runtime.broker._protocol import DeliveryFrame
 from runtime.broker._session import RECEIVE_SLICE
+from runtime.core._settings import check_timeout
 from runtime.errors import SettlementError
 
 __all__ = ["RemoteDelivery", "RemotePullSubscription"]

@@ -28,12 +28,13 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from runtime.broker._client import Address, authkey_bytes, parse_address, spelled
-from runtime.broker._protocol import check_timeout, wire_types
+from runtime.broker._protocol import wire_types
 from runtime.broker._service import DEFAULT_PUBLISH_TIMEOUT, BrokerService
 from runtime.broker._session import Session
 from runtime.broker._staging import DEFAULT_LIMITS, StagingLimits
 from runtime.broker._throttle import HandshakeThrottle
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
+from runtime.core._settings import check_timeout
 
 __all__ = ["BusServer", "serve"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.broker._protocol import check_timeout, plain_letter
+from runtime.broker._protocol import plain_letter
 from runtime.broker._publish_wait import PublishWaiting
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
@@ -23,6 +23,7 @@ from runtime.broker.lease._ipc import lease_ipc
 from runtime.broker.lease._log import LeaseLog
 from runtime.broker.lease._record import LeasedDelivery
 from runtime.core._message import Message, parts_of
+from runtime.core._settings import check_timeout
 from runtime.core.settlement._claims import fail_delivery
 from runtime.errors import TopicNotFoundError
 

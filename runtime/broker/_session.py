@@ -29,7 +29,6 @@ from runtime.broker._auth import authenticate_server
 from runtime.broker._client import os_reason, shut_down
 from runtime.broker._protocol import (
     DeliveryFrame,
-    check_timeout,
     plain_letter,
     plain_message,
     untransferable,
@@ -46,6 +45,7 @@ from runtime.broker._wire import (
     framed,
     unframed,
 )
+from runtime.core._settings import check_timeout
 from runtime.core.settlement._claims import fail_delivery
 from runtime.errors import SettlementError
 

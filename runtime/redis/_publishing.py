@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.core._message import Message
-from runtime.core._settings import TopicSettings
+from runtime.core._settings import TopicSettings, check_timeout
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
@@ -139,8 +138,7 @@ class Publishing:
             BackendUnavailableError: Redis did not answer.
             ValueError: ``timeout`` is not finite.
         """
-        if timeout is not None and not math.isfinite(timeout):
-            raise ValueError(f"timeout must be finite, got {timeout!r}")
+        check_timeout("timeout", timeout)
         deadline = None if timeout is None else self._clock() + timeout
         results: list[Accepted | None] = [None] * len(batches)
         todo = list(range(len(batches)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from actors import ActorSystem
 from runtime.core._message import Message, parts_of
 from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, PublishReport
-from runtime.core._settings import TopicSettings
+from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core._stats import TopicStats
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.core.subscribers._subscription import PullSubscription, Subscription
@@ -265,8 +264,7 @@ class RedisTopic(Generic[T]):
             ValueError: ``timeout`` is not finite.
             BackendUnavailableError: Redis did not answer.
         """
-        if timeout is not None and not math.isfinite(timeout):
-            raise ValueError(f"timeout must be finite, got {timeout!r}")
+        check_timeout("timeout", timeout)
         deadline = None if timeout is None else self._clock() + timeout
         wait = _JOIN_POLL[0]
         while True:
