@@ -251,19 +251,29 @@ class _BatchPath:
       batch the topic has not started on by then is cancelled), and the broker then
       answers with every message's outcome: the ids of the published prefix, the error
       of the rest. Nothing of the batch enters the topic after that.
-    - This side waits for the answer ``publish_timeout + ANSWER_GRACE`` from sending:
+    - This side waits for the answer ``publish_timeout + grace`` from sending:
       the broker's deadline started later than its own, by the call's way across, and
       the answer takes its way back; the grace covers both.
     - Only when no answer comes even then (a dead link, a broker that stopped) does this
       side fail the batch without the broker's word: `BrokerTimeoutError`, saying the
       outcome is unknown; the connection is dropped. A connection that breaks
       mid-call fails it the same way (`ConnectionError`).
+
+    Args:
+        name: the served topic.
+        channel: the Publisher's own connection.
+        publish_timeout: the wait for room each batch may have at the broker.
+        grace: how long past ``publish_timeout`` the answer is waited for (`ANSWER_GRACE`).
     """
 
-    def __init__(self, name: str, channel: Channel, publish_timeout: float = DEFAULT_BATCH_TIMEOUT) -> None:
+    def __init__(
+        self, name: str, channel: Channel, publish_timeout: float = DEFAULT_BATCH_TIMEOUT,
+        grace: float = ANSWER_GRACE,
+    ) -> None:
         self.name = name
         self._channel = channel
         self._publish_timeout = publish_timeout
+        self._grace = grace
 
     def _publish_batches(
         self, parts: Sequence[tuple[list[bytes], list[dict[str, str]], Sequence[str | None]]],
@@ -279,14 +289,13 @@ class _BatchPath:
 
     def _publish(self, messages: list[Message]) -> tuple[Sequence[str] | None, BaseException | None]:
         """One batch's outcome: ``(ids, None)``, ``(prefix ids, error)`` or ``(None, error)``."""
-        timeout = self._publish_timeout
+        timeout, waited = self._publish_timeout, self._publish_timeout + self._grace
         try:
-            ids, error = self._channel.call(
-                "publish_batch", self.name, messages, timeout, timeout=timeout + ANSWER_GRACE)
+            ids, error = self._channel.call("publish_batch", self.name, messages, timeout, timeout=waited)
         except BrokerTimeoutError as exc:
             return None, BrokerTimeoutError(
                 exc.args[0], f"no answer to a batch of {len(messages)} messages within "
-                f"{timeout + ANSWER_GRACE}s: whether the broker published them is unknown")
+                f"{waited}s: whether the broker published them is unknown")
         except Exception as exc:
             return None, exc
         if error is None:

@@ -8,17 +8,23 @@ not even once the backpressure is released.
 
 from __future__ import annotations
 
+import pickle
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 import pytest
 
 from runtime import BatchSettings, Bus, Message
-from runtime.broker._remote import ANSWER_GRACE, RemoteBus
+from runtime.broker._auth import authenticate_server
+from runtime.broker._client import Channel
+from runtime.broker._remote import ANSWER_GRACE, RemoteBus, _BatchPath
 from runtime.broker._server import BusServer, serve
-from runtime.errors import WouldBlock
+from runtime.broker._wire import framed, unframed
+from runtime.errors import BrokerTimeoutError, WouldBlock
 
 KEY = b"batch-deadline-key"
 BATCH = BatchSettings(max_messages=1000, max_latency=60.0)  # one batch, sent by flush()
@@ -197,8 +203,6 @@ def test_a_publish_timeout_that_is_not_a_finite_number_above_0_is_refused(
 
 
 def test_the_wire_answer_names_each_message(server: BusServer, bus: Bus) -> None:
-    from runtime.broker._client import Channel
-
     topic = bus.create_topic("wire", max_pending=2, ack_timeout=None)
     topic.create_group("g")
     with Channel(server.address, KEY) as channel:
@@ -206,3 +210,69 @@ def test_the_wire_answer_names_each_message(server: BusServer, bus: Bus) -> None
 
     assert len(ids) == 2 and isinstance(error, WouldBlock)
     assert topic.stats().published == 2
+
+
+def _fake_broker(answer: Any) -> tuple[Any, threading.Thread]:
+    """A listener that passes the challenge and the limits call, then hands the first
+    ``publish_batch`` request (its call id and args) to ``answer(connection, ...)``."""
+    listener = Listener(("127.0.0.1", 0))
+
+    def run() -> None:
+        with listener.accept() as connection:
+            authenticate_server(connection, KEY, 5.0)
+            call_id, _ = unframed(connection.recv_bytes())  # "limits"
+            connection.send_bytes(framed(call_id, ("ok", {"max_frame_size": 1 << 20})))
+            call_id, body = unframed(connection.recv_bytes())
+            answer(connection, call_id, pickle.loads(body))  # the test trusts its client
+            try:
+                while connection.poll(10.0):  # until the client closes
+                    connection.recv_bytes()
+            except (EOFError, OSError):
+                return
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return listener, thread
+
+
+def _parts(count: int) -> list[Any]:
+    return [([b"m%d" % n for n in range(count)], [{} for _ in range(count)], [None] * count)]
+
+
+def test_an_answer_later_than_the_clients_timeout_is_still_taken() -> None:
+    requests: list[Any] = []
+
+    def answer(connection: Connection, call_id: int, request: Any) -> None:
+        requests.append(request)
+        time.sleep(0.4)  # sleep-ok: the broker's answer comes after the client's 0.2 s
+        connection.send_bytes(framed(call_id, ("ok", (["7", "8"], WouldBlock("held")))))
+
+    listener, thread = _fake_broker(answer)
+    try:
+        with Channel(listener.address, KEY) as channel:
+            path = _BatchPath("t", channel, publish_timeout=0.2, grace=5.0)
+            ((ids, error),) = path._publish_batches(_parts(3)).result(timeout=0)
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+
+    assert requests[0][0] == "publish_batch" and requests[0][1][0] == "t"
+    assert requests[0][1][2] == 0.2  # the client's timeout goes to the broker
+    assert ids == ["7", "8"] and isinstance(error, WouldBlock)  # the broker's word, not a timeout
+
+
+def test_no_answer_within_the_grace_fails_the_batch_as_unknown() -> None:
+    listener, thread = _fake_broker(lambda connection, call_id, request: None)
+    try:
+        with Channel(listener.address, KEY) as channel:
+            path = _BatchPath("t", channel, publish_timeout=0.1, grace=0.2)
+            ((ids, error),) = path._publish_batches(_parts(3)).result(timeout=0)
+            closed = channel.closed
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+
+    assert ids is None and isinstance(error, BrokerTimeoutError)
+    assert "no answer to a batch of 3 messages within 0.3" in str(error)
+    assert "whether the broker published them is unknown" in str(error)
+    assert closed  # dropped: a late answer cannot be mistaken for a later call's
