@@ -172,17 +172,20 @@ class RedisTopic(Generic[T]):
 
     def _publish_batches(
         self, parts: Sequence[tuple[list[bytes], list[dict[str, str]], Sequence[str | None]]],
+        *, deadline: float | None = None,
     ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]:
         """The topic's batch call (the Publisher's): every batch in one round trip (a
         script call each, so each is confirmed or failed alone); a done future of their
         outcomes, in order.
 
-        Runs in the caller's thread and blocks it while ``max_pending`` holds."""
+        Runs in the caller's thread and blocks it while ``max_pending`` holds, until
+        ``deadline`` (``time.monotonic()`` based; None: no bound; then `WouldBlock`)."""
         future: Future[list[tuple[Sequence[str] | None, BaseException | None]]] = Future()
         try:
             self._path.check_open_for_messages()
             batches = [self._path.message_fields(*part) for part in parts]
-            accepted = self._path.send(batches, None)
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            accepted = self._path.send(batches, timeout)
         except Exception as exc:
             future.set_result([(None, exc)] * len(parts))
             return future

@@ -137,16 +137,22 @@ class Ledger:
                 raise TopicClosedError(self._topic)
             self.pending += 1
 
-    def take_slots(self, count: int, max_pending: int) -> int:
+    def take_slots(self, count: int, max_pending: int, deadline: float | None = None) -> int:
         """Wait until fewer than ``max_pending`` messages are pending, then take up to
-        ``count`` slots (as many as are free); returns how many. No time bound.
+        ``count`` slots (as many as are free); returns how many.
+
+        Blocks until ``deadline`` (``time.monotonic()`` based; None: no bound).
 
         Raises:
             TopicClosedError: the topic closed (also while waiting).
+            WouldBlock: the deadline passed first (no slot was taken).
         """
         with self._changed:
             while not self.closed and self.pending >= max_pending:
-                self._changed.wait()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WouldBlock(f"topic {self._topic!r} has {max_pending} pending messages")
+                self._changed.wait(remaining)
             if self.closed:
                 raise TopicClosedError(self._topic)
             taken = min(count, max_pending - self.pending)

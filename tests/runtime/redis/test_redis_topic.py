@@ -417,3 +417,27 @@ def test_throttle_slows_and_counts_publishes_near_max_pending(redis_bus: Bus, to
     assert topic.stats().throttled == 3
     assert topic.stats().pending == 8
     topic.destroy()
+
+
+def test_a_remote_batch_into_a_full_redis_topic_fails_whole_at_its_timeout(
+        redis_bus: Bus, topic_name: str) -> None:
+    from runtime.broker._remote import connect
+
+    topic = redis_bus.create_topic(topic_name, backend="redis", max_pending=1)
+    topic.create_group("g")
+    topic.publish(b"held")
+    server = redis_bus.serve(authkey=b"redis-batch-key")
+    try:
+        with connect(server.address, authkey=b"redis-batch-key") as remote:
+            publisher = remote.topic(topic_name).publisher(publish_timeout=0.3)
+            futures = [publisher.publish(b"m%d" % n) for n in range(3)]
+            publisher.flush(timeout=30)
+
+            errors = [future.exception(timeout=10) for future in futures]
+            publisher.close(timeout=10)
+    finally:
+        server.close()
+
+    assert all(isinstance(error, WouldBlock) for error in errors)
+    assert topic.stats().pending == 1  # the batch took no slot
+    topic.destroy()
