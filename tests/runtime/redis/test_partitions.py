@@ -293,3 +293,29 @@ def test_per_key_order_holds_across_processes_when_one_is_killed_mid_stream(
         assert survivors  # the others finished what the killed one owned
         topic.destroy()
         client.delete(log)
+
+
+def test_worker_processes_own_partitions_and_a_crashed_one_loses_nothing(
+        redis_url: str, topic_name: str) -> None:
+    from support.redis_handlers import Recorder
+
+    key = f"{topic_name}:seen"
+    client = redis.Redis.from_url(redis_url)
+    with Bus(redis=redis_url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis", partitions=2,
+                                 max_delivery_attempts=2, ack_timeout=60.0)
+        topic.subscribe(Recorder(redis_url, key, crash_on=57), group="g", workers=2,
+                        prefetch=20)
+        assert _wait_for(lambda: len(set(topic.owners()["g"]) - {None}) == 2)
+
+        for i in range(300):
+            topic.publish(i, key=f"k{i % 10}")
+
+        assert topic.join(timeout=60) is True  # long before the 60 s deadline
+        counts = {int(k): int(v) for k, v in client.hgetall(key).items()}
+        stats = topic.stats()
+        assert sorted(counts) == list(range(300))
+        assert (stats.delivered, stats.dead_lettered, stats.pending) == (300, 0, 0)
+        assert stats.nacked == 1  # only the delivery it was running counted an attempt
+        topic.destroy()
+        client.delete(key, f"{key}:pid")
