@@ -56,12 +56,12 @@ class TopicKeys:
     def owner(self, group: str) -> str:
         """The lease naming the member of ``group`` that owns this partition (a topic of
         several partitions)."""
-        return f"{self.stream[:-len(':stream')]}:owner:{group}"
+        return f"{self.stream.removesuffix(':stream')}:owner:{group}"
 
     def members(self, group: str) -> str:
         """The live members of ``group`` (a sorted set scored by lease expiry; kept with
         partition 0)."""
-        return f"{self.stream[:-len(':stream')]}:members:{group}"
+        return f"{self.stream.removesuffix(':stream')}:members:{group}"
 
     def all(self) -> list[str]:
         """Every key (what `destroy` deletes)."""

@@ -162,6 +162,30 @@ def test_dead_letters_stats_and_replay_read_across_partitions(redis_bus: Bus,
     topic.destroy()
 
 
+def test_a_broadcast_subscriber_reads_every_partition_and_unkeyed_messages_spread(
+        redis_url: str, topic_name: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    with Bus(redis=redis_url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis", partitions=3)
+        pull = topic.subscription()  # a broadcast reader
+        reports = [topic.publish(i, key=None if i % 2 else f"k{i}") for i in range(30)]
+
+        got = {}
+        for _ in range(30):
+            delivery = pull.receive(timeout=10)
+            got[delivery.message_id] = delivery.message
+            delivery.ack()
+
+        assert got == {r.message_id: i for i, r in enumerate(reports)}
+        assert all(r.broadcast == 1 and r.outcome.result(timeout=10).acked for r in reports)
+        lengths = [client.xlen(TopicKeys.of(topic_name, p).stream) for p in range(3)]
+        assert sum(lengths) == 30
+        assert min(lengths) > 0  # 15 unkeyed publishes take every partition in turn
+        pull.unsubscribe()
+        assert [client.scard(TopicKeys.of(topic_name, p).readers) for p in range(3)] == [0] * 3
+        topic.destroy()
+
+
 def test_each_partition_has_one_owner_and_a_new_member_takes_its_share(
         redis_bus: Bus, topic_name: str) -> None:
     topic = redis_bus.create_topic(topic_name, backend="redis", partitions=4)
