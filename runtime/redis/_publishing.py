@@ -57,9 +57,9 @@ class Publishing:
         self._topic = topic
         self._type = settings.message_type
         self._connection = connection
+        parts = [keys] + [TopicKeys.of(topic, p) for p in range(1, settings.partitions)]
         self._keys = [[part.stream, part.groups, part.readers, part.stats, part.remaining,
-                       part.dead] for part in (TopicKeys.of(topic, p)
-                                               for p in range(settings.partitions))]
+                       part.dead] for part in parts]
         self._partitions = settings.partitions
         self._turn = 0  # the partition of this process's next unkeyed batch
         self._limits = [settings.max_pending or 0, settings.dead_letter_limit or 0]

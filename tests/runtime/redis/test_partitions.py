@@ -343,3 +343,26 @@ def test_worker_processes_own_partitions_and_a_crashed_one_loses_nothing(
         assert stats.nacked == 1  # only the delivery it was running counted an attempt
         topic.destroy()
         client.delete(key, f"{key}:pid")
+
+
+def test_max_pending_bounds_each_partition_and_held_by_names_it(redis_bus: Bus,
+                                                                 topic_name: str) -> None:
+    from runtime.errors import WouldBlock
+
+    topic = redis_bus.create_topic(topic_name, backend="redis", partitions=2, max_pending=2)
+    topic.create_group("g")
+    keys = [f"k{i}" for i in range(20)]
+    full_key = keys[0]
+    other_key = next(k for k in keys if partition_of(k, 2) != partition_of(full_key, 2))
+    topic.publish(1, key=full_key)
+    topic.publish(2, key=full_key)
+
+    with pytest.raises(WouldBlock):
+        topic.publish(3, key=full_key, timeout=0.1)
+    held = topic.held_by()
+    topic.publish(4, key=other_key, timeout=0.1)  # its partition has room
+
+    assert held == (f"topic {topic_name!r}: max_pending (2/2) in partition "
+                    f"{partition_of(full_key, 2)}")
+    assert topic.stats().pending == 3
+    topic.destroy()
