@@ -17,8 +17,8 @@ Encodings shared with Python (`runtime.redis._records`):
 
 from __future__ import annotations
 
-__all__ = ["BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "PUBLISH", "RECLAIM",
-           "RELEASE", "REPLAY", "SETTLE", "TRIM"]
+__all__ = ["BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "HEARTBEAT", "LEASE",
+           "PUBLISH", "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM", "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -204,20 +204,27 @@ RECLAIM = _SETTLING + """
 local group, consumer = ARGV[1], ARGV[2]
 local tmo, max_attempts, dead_limit = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local count = tonumber(ARGV[6])
+-- ARGV[7] 't' (take over): every entry another consumer holds counts as expired (its
+-- owner's lease ran out), whatever its idle time.
+local takeover = ARGV[7] == 't'
 local min_idle = PARKED_IDLE
 if tmo > 0 then min_idle = tmo end
+if takeover then min_idle = 0 end
 local pending = redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', count)
 local out = {}
 local to_ack = {}
 for _, p in ipairs(pending) do
   local id, owner, idle, times = p[1], p[2], tonumber(p[3]), tonumber(p[4])
   local parked = idle >= PARKED_IDLE
-  if not parked then redis.call('HINCRBY', stats, 'timed_out', 1) end
-  if not parked and times >= max_attempts then
+  if takeover and owner == consumer then
+    -- already ours
+  elseif not parked and times >= max_attempts then
+    redis.call('HINCRBY', stats, 'timed_out', 1)
     to_ack[#to_ack + 1] = id
     bury(id, group, holder_sid(owner), 'timeout', '', times, '', '', dead_limit)
     complete(id, nack_record('group:' .. group, 'timeout', ''))
   else
+    if not parked then redis.call('HINCRBY', stats, 'timed_out', 1) end
     local got = redis.call('XCLAIM', stream, group, consumer, 0, id)
     if #got > 0 then
       if not parked then redis.call('HINCRBY', stats, 'redelivered', 1) end
@@ -319,6 +326,44 @@ for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
 end
 if floor == nil then return 0 end
 return redis.call('XTRIM', stream, 'MINID', '~', floor)
+"""
+
+LEASE = """
+-- The lease of one partition of a group: renew it when ARGV[1] holds it (1), take it when
+-- nobody does (2), else 0.
+local key, name, ms = KEYS[1], ARGV[1], ARGV[2]
+local held = redis.call('GET', key)
+if held == name then
+  redis.call('PEXPIRE', key, ms)
+  return 1
+end
+if not held then
+  redis.call('SET', key, name, 'PX', ms)
+  return 2
+end
+return 0
+"""
+
+UNLEASE = """
+-- Give a partition's lease back, if ARGV[1] still holds it.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+HEARTBEAT = """
+-- A member of a group says it lives for ARGV[2] ms more (or leaves, ARGV[3] = 'leave');
+-- returns how many members live.
+local key, name, ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+if ARGV[3] == 'leave' then
+  redis.call('ZREM', key, name)
+else
+  redis.call('ZADD', key, now + ms, name)
+  redis.call('PEXPIRE', key, ms * 10)
+end
+return redis.call('ZCARD', key)
 """
 
 DECLARE = """

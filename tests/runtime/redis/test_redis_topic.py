@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from runtime import Bus, Message, TopicSettings
+from runtime import Bus, Message
 from runtime.errors import (
     BackendUnavailableError,
     InvalidSettingsError,
@@ -215,18 +215,6 @@ def test_redis_topic_needs_a_connection() -> None:
         bus.create_topic("orders", backend="redis")
 
     assert info.value.setting == "redis"
-
-
-def test_partitions_beyond_one_are_refused_by_both_backends_for_now(redis_bus: Bus,
-                                                                     topic_name: str) -> None:
-    with pytest.raises(InvalidSettingsError) as in_memory:
-        TopicSettings(partitions=2).validate()
-    TopicSettings(backend="redis", partitions=4).validate()  # the setting itself is valid
-    with pytest.raises(InvalidSettingsError) as redis_topic:
-        redis_bus.create_topic(topic_name, backend="redis", partitions=4)
-
-    assert (in_memory.value.setting, redis_topic.value.setting) == ("partitions", "partitions")
-    assert topic_name not in redis_bus.topics()
 
 
 def test_a_redis_that_is_down_is_a_typed_error_naming_its_url() -> None:
