@@ -59,12 +59,9 @@ class RedisDeadLetters:
     def drain(self) -> list[DeadLetter]:
         """Empty the stream, then return what it held, oldest first (atomically: a letter
         written meanwhile is either returned or kept)."""
-        with self._connection.guard():
-            pipe = self._connection.client.pipeline(transaction=True)
-            pipe.xrange(self._key)
-            pipe.delete(self._key)
-            entries, _ = pipe.execute()
-        return self._letters(entries)
+        drained = self._connection.run("DRAIN", [self._key], [])
+        return self._letters([(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                              for entry_id, flat in drained])
 
     def clear(self) -> None:
         """Drop every dead letter."""
