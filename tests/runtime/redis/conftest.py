@@ -208,6 +208,20 @@ def redis_cluster_url(redis_cluster: RedisClusterNodes) -> str:
 
 
 @pytest.fixture
+def own_redis_cluster() -> Iterator[RedisClusterNodes]:
+    """A 3-master Redis Cluster of its own, for a test that kills one of its masters."""
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        pytest.skip(_SKIP_CLUSTER)
+    with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
+        cluster = RedisClusterNodes(Path(workdir))
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+@pytest.fixture
 def redis_server(_session_redis: RedisServer | None) -> RedisServer:
     """A redis-server without persistence (the fast default), shared by the session."""
     if _session_redis is None:

@@ -198,3 +198,25 @@ def test_a_cluster_that_is_down_is_a_typed_error_naming_its_url(scheme: str) -> 
 
     assert time.monotonic() - started < 10.0
     assert f"{scheme}://127.0.0.1:{port}" in str(info.value)
+
+
+def test_publish_to_a_topic_whose_master_died_raises_naming_the_cluster(
+        own_redis_cluster: Any) -> None:
+    cluster = own_redis_cluster
+    client = RedisCluster.from_url(cluster.url.replace("redis+cluster", "redis"))
+    name = next(name for name in (f"t-{uuid.uuid4().hex[:12]}" for _ in range(1000))
+                if int(client.get_node_from_key(TopicKeys.of(name).stream).port)
+                == cluster.ports[1])
+    client.close()
+    with Bus(redis=cluster.url) as bus:
+        topic = bus.create_topic(name, backend="redis")
+        topic.create_group("g")
+        topic.publish("kept")
+        cluster.nodes[1].kill()
+        started = time.monotonic()
+
+        with pytest.raises(BackendUnavailableError) as info:
+            topic.publish("refused")
+
+        assert time.monotonic() - started < 15.0
+        assert cluster.url in str(info.value)
