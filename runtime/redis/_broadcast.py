@@ -45,12 +45,9 @@ class BroadcastReader:
         self._limit = dead_letter_limit or 0
         self._clock = clock
         self._lock = threading.Lock()
-        with connection.guard():
-            pipe = connection.client.pipeline(transaction=True)
-            pipe.sadd(keys.readers, self.name)
-            pipe.xrevrange(keys.stream, count=1)
-            _, last = pipe.execute()
-        self._cursor = last[0][0].decode() if last else "0-0"
+        # One script: a publish lands either before the cursor (and sees no reader) or
+        # after it (and counts this reader).
+        self._cursor = connection.run("ATTACH", [keys.stream, keys.readers], [self.name]).decode()
 
     def detach(self) -> None:
         """Leave the topic's readers."""

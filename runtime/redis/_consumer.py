@@ -196,16 +196,13 @@ class Consumer:
         """XREADGROUP, in one round trip with the acks queued so far (they settle first)."""
         with self._lock:
             deferred, self._deferred = self._deferred, []
-        client = self._connection.client
+        batch = self._connection.batch()
+        if deferred:
+            batch.script("SETTLE", self._settling, self._ack_args(deferred))
+        batch.command("xreadgroup", self.group, self.name, {self._keys.stream: ">"}, count=count,
+                      block=None if block is None else max(int(block * 1000), 1))
         try:
-            with self._connection.guard():
-                pipe = client.pipeline(transaction=False)
-                if deferred:
-                    self._connection.script("SETTLE")(
-                        keys=self._settling, args=self._ack_args(deferred), client=pipe)
-                pipe.xreadgroup(self.group, self.name, {self._keys.stream: ">"}, count=count,
-                                block=None if block is None else max(int(block * 1000), 1))
-                replies = pipe.execute()
+            replies = batch.execute()
         except BackendUnavailableError:
             with self._lock:
                 self._deferred[:0] = deferred

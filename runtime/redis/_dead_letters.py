@@ -69,13 +69,10 @@ class RedisDeadLetters:
         """Empty the stream, then return what it held, oldest first (atomically: a letter
         written meanwhile is either returned or kept)."""
         found = []
-        with self._connection.guard():
-            for key in self._keys:  # each partition's stream in one transaction (one slot)
-                pipe = self._connection.client.pipeline(transaction=True)
-                pipe.xrange(key)
-                pipe.delete(key)
-                entries, _ = pipe.execute()
-                found.append(entries)
+        for key in self._keys:  # each partition's stream in one script (one slot)
+            drained = self._connection.run("DRAIN", [key], [])
+            found.append([(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                          for entry_id, flat in drained])
         return self._letters(found)
 
     def clear(self) -> None:

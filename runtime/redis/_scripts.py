@@ -3,8 +3,9 @@
 Every step that must not be seen half done is one script: a publish (checks, entries,
 counters), a settlement (the fence, the ack or the dead letter, the outcome), a reclaim
 (expired and handed-back deliveries to a new holder or to the dead letters), a release
-(a member's deliveries handed back). Their keys are one partition's (`TopicKeys`), in one
-hash slot.
+(a member's deliveries handed back), a broadcast reader's attach (registered, its cursor at
+the stream's end), a drain of the dead letters. Their keys are one partition's
+(`TopicKeys`), in one hash slot: no transaction is needed, also on a Redis Cluster.
 
 Encodings shared with Python (`runtime.redis._records`):
 
@@ -17,8 +18,9 @@ Encodings shared with Python (`runtime.redis._records`):
 
 from __future__ import annotations
 
-__all__ = ["BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "HEARTBEAT", "LEASE",
-           "PUBLISH", "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM", "UNLEASE"]
+__all__ = ["ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "DRAIN",
+           "HEARTBEAT", "LEASE", "PUBLISH", "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM",
+           "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -396,4 +398,18 @@ local id = redis.call('XADD', stream, '*', 'b', ARGV[3], 'f', ARGV[4], 'k', ARGV
                       'r', ARGV[2], 'o', group)
 redis.call('HINCRBY', stats, 'pending', 1)
 return id
+"""
+
+ATTACH = """
+local stream, readers = KEYS[1], KEYS[2]
+redis.call('SADD', readers, ARGV[1])
+local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+if last[1] then return last[1][1] end
+return '0-0'
+"""
+
+DRAIN = """
+local entries = redis.call('XRANGE', KEYS[1], '-', '+')
+redis.call('DEL', KEYS[1])
+return entries
 """

@@ -120,11 +120,7 @@ class Workers:
         self._size = size
         self._codec = Codec(allow)
         self._all_keys = [TopicKeys.of(topic, p) for p in range(settings.partitions)]
-        # What a worker connects with: the plain options (retry policies, locks and
-        # credential providers stay with the parent's client).
-        options = {name: value for name, value in connection.options.items()
-                   if value is None or isinstance(value, str | int | float | bool)}
-        self._spec = cloudpickle.dumps((options, keys, topic, group, subscriber_id,
+        self._spec = cloudpickle.dumps((connection.recipe(), keys, topic, group, subscriber_id,
                                         settings, handler, auto_ack, prefetch, allow))
         self._context: Any = multiprocessing.get_context(_start_method())
         self._stop_supervising = threading.Event()
@@ -249,14 +245,12 @@ def _die_with_parent(parent: Pipe, stopping: threading.Event) -> None:
 def _worker_main(spec: bytes, name: str, running: _Running, parent: Pipe) -> None:
     """A worker process: one consumer of the group running the handler until stopped,
     then handing back what it holds."""
-    import redis
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    (options, keys, topic, group, sid, settings, handler, auto_ack, prefetch,
+    (recipe, keys, topic, group, sid, settings, handler, auto_ack, prefetch,
      allow) = cloudpickle.loads(spec)
     local_stop = threading.Event()
     _die_with_parent(parent, local_stop)
-    connection = Connection(redis.Redis(connection_pool=redis.ConnectionPool(**options)))
+    connection = Connection(recipe)
     consumer: Consumer | OwnedPartitions
     if settings.partitions > 1:  # a member that owns partitions, like a thread member
         consumer = OwnedPartitions(connection, topic, group, sid, settings, Codec(allow),
@@ -271,4 +265,4 @@ def _worker_main(spec: bytes, name: str, running: _Running, parent: Pipe) -> Non
                stopping=local_stop, running=running.set).run()
     with contextlib.suppress(BackendUnavailableError):
         consumer.release()
-    connection.client.close()
+    connection.close()
