@@ -4,6 +4,7 @@ here too (their ``redis_cluster`` variant)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -220,3 +221,51 @@ def test_publish_to_a_topic_whose_master_died_raises_naming_the_cluster(
 
         assert time.monotonic() - started < 15.0
         assert cluster.url in str(info.value)
+
+
+def test_a_topic_of_six_partitions_spreads_over_the_masters_and_delivers_each_once(
+        cluster_bus: Bus, redis_cluster: Any) -> None:
+    # Six slots land on one master about once in 240 names: take a name whose partitions
+    # the cluster's slot map puts on more than one, then check the streams are really there.
+    client = RedisCluster.from_url(redis_cluster.url.replace("redis+cluster", "redis"))
+    try:
+        while True:
+            topic_name = f"t-{uuid.uuid4().hex[:12]}"
+            mapped = {int(client.get_node_from_key(TopicKeys.of(topic_name, p).stream).port)
+                      for p in range(6)}
+            if len(mapped) >= 2:
+                break
+    finally:
+        client.close()
+    topic = cluster_bus.create_topic(topic_name, backend="redis", partitions=6)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def handle(delivery: Any) -> None:
+        seen.append(delivery.message)
+        delivery.ack()
+        if len(seen) >= 600:
+            done.set()
+
+    topic.subscribe(handle, group="g")
+    topic.subscribe(handle, group="g")
+    reports = [topic.publish(i, key=f"k{i % 24}") for i in range(300)]
+    reports += [topic.publish(i) for i in range(300, 600)]
+
+    assert all(r.outcome.result(timeout=30).acked for r in reports)
+    assert done.wait(timeout=30)
+    assert topic.join(timeout=10) is True
+    assert sorted(seen) == list(range(600))
+    assert (topic.stats().published, topic.stats().delivered) == (600, 600)
+    holders = set()
+    for partition in range(6):
+        slot = key_slot(TopicKeys.of(topic_name, partition).stream.encode())
+        for port in redis_cluster.ports:
+            client = redis.Redis(port=port)
+            try:
+                if client.execute_command("CLUSTER COUNTKEYSINSLOT", slot):
+                    holders.add(port)
+            finally:
+                client.close()
+    assert holders == mapped
+    topic.destroy()
