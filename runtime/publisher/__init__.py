@@ -5,7 +5,7 @@
 - ``_batching``, ``_ticker``: batch thresholds and the one scheduler for ``max_latency``.
 - ``_flow_settings``, ``_flow_control``: flow-control limits and the gate that applies them.
 - ``_intake``: accepted messages (one shape: a run of messages from one call) on their
-  way to the actor; ``_bulk``: the one future of a ``publish_many`` call.
+  way to the actor, and `Bulk`, the one future of a ``publish_many`` call.
 - ``_sequencer``: one batch in flight per ordering key; ``_flush``: flush and close.
 - ``_messages``, ``_validation``: the actor's mailbox messages and the checks done at
   ``publish()`` (each publish gets a new publish future, the core's ``MessageFuture``:

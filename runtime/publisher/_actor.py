@@ -8,8 +8,8 @@ Callers (the `Publisher` handle) reach it through its mailbox:
   the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
 - `Tick` comes from the ticker at the earliest batch deadline;
-- `RunDone` comes back from the topic's future, once per run of batches sent together
-  (a run), with an outcome per batch;
+- the topic's future of a run of batches sent together comes back itself (its done
+  callback is the actor's ``tell``), with an outcome per batch;
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
@@ -25,10 +25,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
-from operator import attrgetter
 from typing import Any
 
-from actors import Actor, Ref
+from actors import Actor
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
@@ -38,12 +37,11 @@ from runtime.publisher._messages import (
     BatchTopic,
     Drain,
     Flush,
+    Outcome,
     Resume,
-    RunDone,
     SendNow,
     SetOptions,
     Tick,
-    checked,
 )
 from runtime.publisher._sequencer import KeySequencer
 from runtime.publisher._ticker import Ticker
@@ -92,18 +90,18 @@ class PublisherActor(Actor):
         self._batcher = Batcher(batching, clock=clock)
         self._sequencer = KeySequencer()
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        # Sent: the topic's future, or the run the batch went in.
-        self._in_flight: dict[int, Future[Sequence[str]] | list[int]] = {}
+        self._in_flight = 0  # messages of the batches sent and not yet settled
+        # Runs sent, by the topic's future of their outcomes: the future comes back as mail.
+        self._runs: dict[Future[list[Outcome]], list[Batch]] = {}
         self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
         self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
         self._barriers = FlushBarriers()
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
-        self._self_ref: Ref | None = None
 
     def on_start(self) -> None:
-        self._self_ref = ref = self.ref
+        ref = self.ref
         self._ticker = Ticker(partial(ref.tell, _TICK), clock=self._clock,
                               name=f"{ref.name}-ticker")
         self._ticker.start()
@@ -117,7 +115,7 @@ class PublisherActor(Actor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Drain):
             self._drain()
-        elif isinstance(message, RunDone):
+        elif isinstance(message, Future):
             self._run_done(message)
         elif isinstance(message, Tick):
             self._tick()
@@ -184,8 +182,7 @@ class PublisherActor(Actor):
         """A publish waits for capacity: send the open batches unless those in flight hold
         more (their confirmations free it sooner, and open batches keep filling instead of
         leaving in slivers). Each confirmation while one waits checks again."""
-        in_flight = sum(len(self._outstanding[batch_id]) for batch_id in self._in_flight)
-        if in_flight <= self._batcher.open_messages():
+        if self._in_flight <= self._batcher.open_messages():
             self._close_all()
 
     def _close_all(self) -> None:
@@ -199,10 +196,12 @@ class PublisherActor(Actor):
         ready = batch if batch.key is None else self._sequencer.submit(batch)
         if ready is None:
             return
-        if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
-            self._held.append(ready)
-            return
-        self._send(ready)
+        if ready.key is None:
+            if self._unkeyed_in_flight >= SEND_WINDOW:
+                self._held.append(ready)
+                return
+            self._unkeyed_in_flight += 1
+        self._outbox.append(ready)
 
     def _set_options(self, options: SetOptions) -> None:
         self._ordering = options.message_ordering
@@ -212,61 +211,58 @@ class PublisherActor(Actor):
 
     # Sending.
 
-    def _send(self, batch: Batch) -> None:
-        """Count ``batch`` as in flight; it leaves with the others made ready by the
-        same mail (`_send_outbox`)."""
-        if batch.key is None:
-            self._unkeyed_in_flight += 1
-        self._outbox.append(batch)
-
     def _send_outbox(self) -> None:
-        """Send the ready batches: the Publisher's one call into the topic.
+        """Send the batches made ready by the current mail: the Publisher's one call into
+        the topic.
 
         The topic takes runs of up to `RUN` batches (`_publish_batches`: one call and one
-        future each); the future's outcomes come back as one `RunDone`.
+        future each); the future comes back to this actor as mail once done.
         """
         batches, self._outbox = self._outbox, []
-        ref = self._self_ref
-        assert ref is not None
+        tell = self.ref.tell
         for start in range(0, len(batches), RUN):
             run = batches[start:start + RUN]
-            sent = list(map(_ID, run))  # a new list per run: its identity marks the reply
-            for batch in run:
-                self._in_flight[batch.id] = sent
             parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
             try:
                 outcomes = self._topic._publish_batches(parts)
             except Exception as exc:  # a topic should answer with the failure; tolerate a raise
-                _tell_run_done(ref, sent, [(None, exc)] * len(parts))
-                continue
-            outcomes.add_done_callback(partial(_tell_outcomes, ref, sent, len(parts)))
+                outcomes = Future()
+                outcomes.set_result([(None, exc)] * len(run))
+            for batch in run:
+                self._in_flight += len(batch.datas)
+            self._runs[outcomes] = run
+            outcomes.add_done_callback(tell)
 
-    def _run_done(self, done: RunDone) -> None:
-        """Finish a run's batches, each on its own outcome."""
-        for batch_id, (ids, error) in zip(done.run, done.outcomes, strict=True):
-            if self._in_flight.get(batch_id) is not done.run:  # as in `_batch_done`
-                continue
-            self._finish(batch_id, *checked(ids, error, len(self._outstanding[batch_id].datas)))
+    def _run_done(self, outcomes: Future[list[Outcome]]) -> None:
+        """A run's outcomes came back: settle each of its batches on its own outcome and
+        send what each held back (the next batch of its key, a held unkeyed batch)."""
+        run = self._runs.pop(outcomes, None)
+        if run is None:  # abandoned meanwhile (a failed actor's restart)
+            return
+        try:
+            results = outcomes.result()
+        except BaseException as exc:  # a topic should not fail the future: fail the run
+            results = [(None, exc)] * len(run)
+        for batch, (ids, error) in zip(run, results, strict=True):
+            if error is None and (ids is None or len(ids) != len(batch.datas)):
+                count = "no" if ids is None else len(ids)
+                ids, error = None, PublishError(
+                    f"topic returned {count} ids for {len(batch.datas)} messages", 13)
+            self._in_flight -= len(batch.datas)
+            self._settle(batch, ids, error)
+            key = batch.key
+            if key is None:
+                self._unkeyed_in_flight -= 1
+                if self._held:
+                    self._close(self._held.popleft())
+            elif error is None:
+                following = self._sequencer.complete(key)
+                if following is not None:
+                    self._outbox.append(following)
+            else:
+                self._pause(key)
         if self._gate.congested:
             self._relieve()
-
-    def _finish(self, batch_id: int, ids: Sequence[str] | None, error: BaseException | None) -> None:
-        """A sent batch is confirmed (``ids``) or failed: settle it, send what it held back."""
-        del self._in_flight[batch_id]
-        batch = self._outstanding[batch_id]
-        self._settle(batch, ids, error)
-        key = batch.key
-        if key is None:
-            self._unkeyed_in_flight -= 1
-            if self._held:
-                self._send(self._held.popleft())
-            return
-        if error is None:
-            following = self._sequencer.complete(key)
-            if following is not None:
-                self._send(following)
-        else:
-            self._pause(key)
 
     # Settling.
 
@@ -316,7 +312,9 @@ class PublisherActor(Actor):
             runs = self._intake.seal() if final else self._intake.take()
         _fail_runs(self._gate, runs, error)  # admitted, never batched
         self._sequencer.drain()
-        self._in_flight.clear()
+        self._runs.clear()
+        self._in_flight = 0
+        self._unkeyed_in_flight = 0
         self._held.clear()  # still in _outstanding: settled below
         self._outbox.clear()
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:
@@ -336,24 +334,4 @@ def _given(error: BaseException | None) -> BaseException:
     return error
 
 
-def _tell_outcomes(
-    ref: Ref, run: list[int], count: int,
-    outcomes: Future[list[tuple[Sequence[str] | None, BaseException | None]]],
-) -> None:
-    """The topic's future of a run is done: its outcomes to the actor (a future that failed,
-    which a topic should not let happen, fails every batch of the run)."""
-    try:
-        resolved = outcomes.result()
-    except BaseException as exc:
-        resolved = [(None, exc)] * count
-    _tell_run_done(ref, run, resolved)
-
-
-def _tell_run_done(
-    ref: Ref, run: list[int], outcomes: list[tuple[Sequence[str] | None, BaseException | None]],
-) -> None:
-    ref.tell(RunDone(run=run, outcomes=outcomes))
-
-
 _TICK = Tick()
-_ID = attrgetter("id")

@@ -107,13 +107,26 @@ class FlowGate:
             self._bytes += nbytes
             return end
         for index in range(start, end):  # one by one, up to the first that does not fit
-            if self._messages >= self._max_messages or (
-                self._bytes + sizes[index] > self._max_bytes
-            ):
+            if not self.admit_one(sizes[index]):
                 return index
-            self._messages += 1
-            self._bytes += sizes[index]
         return end
+
+    def admit_one(self, size: int) -> bool:
+        """Admit one message of ``size`` bytes if it fits with nobody waiting; the caller
+        holds `lock`. False when it must go through `acquire` instead.
+
+        Raises:
+            BaseException: the error `close` was given, once the gate is closed.
+        """
+        if self._closed is not None:
+            raise self._closed()
+        if self._waiters or self._messages >= self._max_messages or (
+            self._bytes + size > self._max_bytes
+        ):
+            return False
+        self._messages += 1
+        self._bytes += size
+        return True
 
     def acquire(self, size: int, *, on_block: Callable[[], None] | None = None) -> bool:
         """Admit one message of ``size`` bytes, blocking under the ``"block"`` behaviour.

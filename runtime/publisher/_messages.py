@@ -11,20 +11,22 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.core._topic_actor import Parts
-from runtime.errors import PublishError
 from runtime.publisher._batching import BatchSettings
 
 __all__ = [
     "BatchTopic",
     "Drain",
     "Flush",
+    "Outcome",
     "Resume",
-    "RunDone",
     "SendNow",
     "SetOptions",
     "Tick",
-    "checked",
 ]
+
+# What the topic says of one batch: its ids, or the failure (with ids: only a prefix of
+# the batch was accepted).
+Outcome = tuple["Sequence[str] | None", "BaseException | None"]
 
 
 class BatchTopic(Protocol):
@@ -38,9 +40,7 @@ class BatchTopic(Protocol):
     @property
     def name(self) -> str: ...
 
-    def _publish_batches(
-        self, parts: Sequence[Parts],
-    ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]: ...
+    def _publish_batches(self, parts: Sequence[Parts]) -> Future[list[Outcome]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,26 +63,6 @@ class Flush:
     """Tell: close every open batch; resolve ``done`` once every closed batch settled."""
 
     done: Future[None]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunDone:
-    """Tell, from the topic's future of a run of batches sent together: each batch's ids
-    or failure. ``run`` is the list of the batches' ids the run was sent with: its
-    identity marks the replies meant for it."""
-
-    run: list[int]
-    outcomes: list[tuple[Sequence[str] | None, BaseException | None]]
-
-
-def checked(
-    ids: Sequence[str] | None, error: BaseException | None, count: int,
-) -> tuple[Sequence[str] | None, BaseException | None]:
-    """A batch's outcome, or an internal error when a confirmation's ids do not match
-    its ``count`` messages."""
-    if error is None and ids is not None and len(ids) != count:
-        return None, PublishError(f"topic returned {len(ids)} ids for {count} messages", 13)
-    return ids, error
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
