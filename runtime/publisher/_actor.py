@@ -99,9 +99,11 @@ class PublisherActor(Actor):
         self._barriers = FlushBarriers()
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
+        self._tell: Callable[[Any], None] = lambda message: None  # the own ref's, once started
 
     def on_start(self) -> None:
         ref = self.ref
+        self._tell = ref.tell
         self._ticker = Ticker(partial(ref.tell, _TICK), clock=self._clock,
                               name=f"{ref.name}-ticker")
         self._ticker.start()
@@ -219,19 +221,19 @@ class PublisherActor(Actor):
         future each); the future comes back to this actor as mail once done.
         """
         batches, self._outbox = self._outbox, []
-        tell = self.ref.tell
         for start in range(0, len(batches), RUN):
             run = batches[start:start + RUN]
-            parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
+            parts = []
+            for batch in run:
+                parts.append((batch.datas, batch.attributes, batch.keys))
+                self._in_flight += len(batch.datas)
             try:
                 outcomes = self._topic._publish_batches(parts)
             except Exception as exc:  # a topic should answer with the failure; tolerate a raise
                 outcomes = Future()
                 outcomes.set_result([(None, exc)] * len(run))
-            for batch in run:
-                self._in_flight += len(batch.datas)
             self._runs[outcomes] = run
-            outcomes.add_done_callback(tell)
+            outcomes.add_done_callback(self._tell)
 
     def _run_done(self, outcomes: Future[list[Outcome]]) -> None:
         """A run's outcomes came back: settle each of its batches on its own outcome and

@@ -56,6 +56,8 @@ class FlowGate:
         self._messages = 0
         self._bytes = 0
         self._waiters: deque[_Waiter] = deque()
+        # True while some acquire is blocked: set under `lock`, read without it as a hint.
+        self.congested = False
         self._closed: Callable[[], BaseException] | None = None
         self._apply(settings)
 
@@ -68,11 +70,6 @@ class FlowGate:
     def outstanding_locked(self) -> tuple[int, int]:
         """`outstanding` for a caller that holds `lock`."""
         return self._messages, self._bytes
-
-    @property
-    def congested(self) -> bool:
-        """True while some acquire is blocked (a lock-free hint)."""
-        return bool(self._waiters)
 
     @property
     def waiting(self) -> int:
@@ -153,6 +150,7 @@ class FlowGate:
                 raise self._exceeded(size)
             waiter = _Waiter(size)
             self._waiters.append(waiter)
+            self.congested = True
         if on_block is not None:
             on_block()
         self._wait(waiter, settings.block_timeout)
@@ -200,6 +198,7 @@ class FlowGate:
             self._closed = error
             while self._waiters:
                 self._wake(self._waiters.popleft(), error())
+            self.congested = False
 
     def _apply(self, settings: FlowControl) -> None:
         self._settings = settings
@@ -237,6 +236,7 @@ class FlowGate:
             self._messages += 1
             self._bytes += waiter.size
             waiter.event.set()
+        self.congested = bool(self._waiters)
 
     def _fits(self, size: int) -> bool:
         return self._messages < self._max_messages and self._bytes + size <= self._max_bytes

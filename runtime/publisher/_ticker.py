@@ -63,22 +63,22 @@ class Ticker:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while self._wait_for_deadline():
+        """Until stopped: wait for the deadline to pass, consume it, call ``tick``."""
+        condition = self._condition
+        while True:
+            with condition:
+                while True:
+                    if self._stopped:
+                        return
+                    if self._deadline is None:
+                        condition.wait(_MAX_WAIT)
+                        continue
+                    remaining = self._deadline - self._clock()
+                    if remaining <= 0:
+                        self._deadline = None
+                        break
+                    condition.wait(min(remaining, _MAX_WAIT))
             try:
                 self._tick()
             except Exception:
                 log.exception("publisher tick failed")
-
-    def _wait_for_deadline(self) -> bool:
-        """Block until a deadline passes (True, deadline consumed) or stop (False)."""
-        with self._condition:
-            while not self._stopped:
-                if self._deadline is None:
-                    self._condition.wait(_MAX_WAIT)
-                    continue
-                remaining = self._deadline - self._clock()
-                if remaining <= 0:
-                    self._deadline = None
-                    return True
-                self._condition.wait(min(remaining, _MAX_WAIT))
-            return False
