@@ -7,7 +7,8 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `SendNow` closes every open batch (a publish about to block in flow control) unless
   the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
-- `Tick` comes from the ticker at the earliest batch deadline;
+- `Tick` comes from the `Ticker`, the Publisher's one scheduler (a thread), at the
+  earliest batch deadline;
 - the topic's future of a run of batches sent together comes back itself (its done
   callback is the actor's ``tell``), with an outcome per batch;
 - `SetOptions` and `Resume` are asks.
@@ -16,37 +17,38 @@ Every message's capacity is released, and its future resolved, exactly once, in
 `_settle`: on confirmation, failure, a paused key or a stop. Each batch of a run is
 confirmed or failed on its own outcome. Each future is the one its ``publish``
 returned, never handed to another message.
+
+The module also holds what the actor is reached through: its mailbox messages (all
+immutable), the topic seam it publishes through (`BatchTopic`) and its `Ticker`.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from actors import Actor
+from runtime.core._topic_actor import Parts
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
 from runtime.publisher._intake import Accepted, Intake, fail_slice, resolve_slice
-from runtime.publisher._messages import (
-    BatchTopic,
-    Drain,
-    Flush,
-    Outcome,
-    Resume,
-    SendNow,
-    SetOptions,
-    Tick,
-)
 from runtime.publisher._sequencer import KeySequencer
-from runtime.publisher._ticker import Ticker
 
-__all__ = ["RUN", "SEND_WINDOW", "PublisherActor"]
+__all__ = [
+    "RUN", "SEND_WINDOW", "BatchTopic", "Drain", "Flush", "Outcome", "PublisherActor", "Resume",
+    "SendNow", "SetOptions", "Tick", "Ticker",
+]
+
+log = logging.getLogger(__name__)
 
 # Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here;
 # without a window a fast publisher parks its whole backlog in the topic's mailbox.
@@ -54,6 +56,130 @@ SEND_WINDOW = 32
 # Batches sent to a local topic in one mailbox message at most; the topic reports each
 # batch's outcome on its own, so a run saves mail, never merges fates.
 RUN = 16
+
+
+# What the topic says of one batch: its ids, or the failure (with ids: only a prefix of
+# the batch was accepted).
+Outcome = tuple["Sequence[str] | None", "BaseException | None"]
+
+
+class BatchTopic(Protocol):
+    """What a Publisher needs from a topic: its name and the topic's one batch call.
+
+    ``_publish_batches(parts)`` takes batches as the parallel lists the Publisher keeps
+    (``(datas, attributes, keys)``) and returns a future of one ``(ids, error)`` outcome
+    per batch, in order (a local `Topic`, a Redis topic and a remote topic alike).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def _publish_batches(self, parts: Sequence[Parts]) -> Future[list[Outcome]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Tell: the intake went from empty to non-empty; batch what it holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendNow:
+    """Tell: close every open batch now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Tell, from the ticker: a batch deadline has passed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flush:
+    """Tell: close every open batch; resolve ``done`` once every closed batch settled."""
+
+    done: Future[None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetOptions:
+    """Ask: apply new (already validated) batch thresholds and the ordering switch."""
+
+    batching: BatchSettings
+    message_ordering: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """Ask: lift the pause on an ordering key."""
+
+    key: str
+
+
+# Upper bound of one wait, so a ticker with an injected clock keeps re-reading it.
+_MAX_WAIT = 0.25
+
+
+class Ticker:
+    """A thread that calls ``tick`` once the clock reaches the earliest scheduled deadline.
+
+    Args:
+        tick: called from the ticker's thread, without locks held; must not block.
+        clock: the time source deadlines are read against.
+        name: the thread's name.
+    """
+
+    def __init__(
+        self,
+        tick: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "publisher-ticker",
+    ) -> None:
+        self._tick = tick
+        self._clock = clock
+        self._condition = threading.Condition(threading.Lock())
+        self._deadline: float | None = None
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def schedule(self, deadline: float) -> None:
+        """Ask for a tick at ``deadline`` (a clock reading); the earliest request wins."""
+        with self._condition:
+            if self._deadline is None or deadline < self._deadline:
+                self._deadline = deadline
+                self._condition.notify()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop the thread and wait up to ``timeout`` seconds for it to end."""
+        with self._condition:
+            self._stopped = True
+            self._condition.notify()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        """Until stopped: wait for the deadline to pass, consume it, call ``tick``."""
+        condition = self._condition
+        while True:
+            with condition:
+                while True:
+                    if self._stopped:
+                        return
+                    if self._deadline is None:
+                        condition.wait(_MAX_WAIT)
+                        continue
+                    remaining = self._deadline - self._clock()
+                    if remaining <= 0:
+                        self._deadline = None
+                        break
+                    condition.wait(min(remaining, _MAX_WAIT))
+            try:
+                self._tick()
+            except Exception:
+                log.exception("publisher tick failed")
 
 
 class PublisherActor(Actor):

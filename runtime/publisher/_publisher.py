@@ -21,12 +21,11 @@ from actors import ActorSystem
 from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import OrderingKeyPausedError, PublishError, WouldBlock
-from runtime.publisher._actor import PublisherActor
+from runtime.publisher._actor import BatchTopic, Drain, Flush, PublisherActor, Resume, SendNow, SetOptions
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
 from runtime.publisher._intake import MAX_QUEUED, Accepted, Bulk, Intake, Sink, fail_slice
-from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     as_bytes,
