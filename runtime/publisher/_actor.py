@@ -266,11 +266,14 @@ class PublisherActor(Actor):
 
     # Batching.
 
-    def _drain(self) -> None:
+    def _drain(self, ordering: bool | None = None) -> None:
         """Add what the intake holds to the open batches of its lanes, in publish order
-        per lane; a paused key's messages fail here."""
+        per lane; a paused key's messages fail here. With ``ordering``, the intake gathers
+        later publishes by that switch (taken and switched in one hold of the lock)."""
         with self._gate.lock:
             runs = self._intake.take()
+            if ordering is not None:
+                self._intake.reopen(ordering)
         if not runs:
             return
         if not self._ordering:
@@ -332,6 +335,8 @@ class PublisherActor(Actor):
         self._outbox.append(ready)
 
     def _set_options(self, options: SetOptions) -> None:
+        # What the intake gathered under the old switch is batched under it.
+        self._drain(options.message_ordering)
         self._ordering = options.message_ordering
         for batch in self._batcher.update(options.batching):
             self._close(batch)

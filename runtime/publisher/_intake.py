@@ -129,23 +129,30 @@ class Intake:
     intake or further on, and order holds across threads. A publisher tells the actor
     to drain only when `put` or `add` says so: the first message after a take. A burst
     of publishes is then one mailbox message, and one run while their attributes and key
-    match: `put` appends each ``publish`` to the run before it, so the actor batches and
-    settles the burst a run at a time. A publisher that finds the intake `full` waits
-    for the take (`wait_for_room`).
+    match: `put` appends each ``publish`` to the run before it (with ``ordering``, to the
+    last run of its key: keys are lanes of their own), so the actor batches and settles
+    the burst a run at a time. A publisher that finds the intake `full` waits for the
+    take (`wait_for_room`).
 
     The actor's final stop `seal`s the intake: later adds are refused (the caller
     fails its publish), so every accepted message is taken by the actor.
 
     Args:
         gate: the flow-control gate every message is admitted by.
+        ordering: whether the Publisher gives ordering keys lanes of their own.
     """
 
-    __slots__ = ("_armed", "_count", "_gate", "_last", "_runs", "_taken", "full", "sealed")
+    __slots__ = ("_armed", "_count", "_gate", "_open", "_runs", "_taken", "full", "ordering",
+                 "sealed")
 
-    def __init__(self, gate: FlowGate) -> None:
+    def __init__(self, gate: FlowGate, *, ordering: bool = False) -> None:
         self._gate = gate
         self._runs: list[Accepted] = []
-        self._last: Accepted | None = None  # the run of publishes `put` extends
+        # The runs of publishes `put` extends, by ordering key: only the last run without
+        # ordering (order holds across keys in the one lane), the last of each key with it
+        # (each key is its own lane: a run per key keeps the order that matters).
+        self._open: dict[str | None, Accepted] = {}
+        self.ordering = ordering  # changed by `reopen`, under the gate's lock
         self._count = 0  # messages in the runs
         self._armed = False
         self._taken = threading.Condition(gate.lock)
@@ -172,14 +179,17 @@ class Intake:
             if self.sealed:  # the actor stopped for good
                 gate.release_locked(1, size)
                 raise PublishError("Publisher is closed", 9)
-            last = self._last
-            if last is not None and last[1] is attributes and last[2] == key:
-                last[0].append(data)
-                last[3].append(future)  # type: ignore[union-attr]
-                last[5].append(size)
+            run = self._open.get(key)
+            if run is not None and run[1] is attributes:
+                run[0].append(data)
+                run[3].append(future)  # type: ignore[union-attr]
+                run[5].append(size)
             else:
-                self._last = run = ([data], attributes, key, [future], 0, [size])
+                run = ([data], attributes, key, [future], 0, [size])
                 self._runs.append(run)
+                if not self.ordering:
+                    self._open.clear()
+                self._open[key] = run
             self._count += 1
             if self._count >= MAX_QUEUED:
                 self.full = True
@@ -196,7 +206,7 @@ class Intake:
     def add(self, run: Accepted) -> bool:
         """Append one run as it is; True when the caller must tell the actor to drain."""
         self._runs.append(run)
-        self._last = None
+        self._open.clear()
         self._count += len(run[0])
         self.full = self._count >= MAX_QUEUED and not self.sealed
         if self._armed:
@@ -204,10 +214,15 @@ class Intake:
         self._armed = True
         return True
 
+    def reopen(self, ordering: bool) -> None:
+        """Apply the ordering switch: later publishes start new runs."""
+        self.ordering = ordering
+        self._open.clear()
+
     def take(self) -> list[Accepted]:
         """Every run added so far, in order."""
         runs, self._runs = self._runs, []
-        self._last = None
+        self._open.clear()
         full = self._count >= MAX_QUEUED
         self._count = 0
         self._armed = False

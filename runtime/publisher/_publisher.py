@@ -88,7 +88,7 @@ class Publisher:
         self._message_ordering = check_ordering(message_ordering)
         self._topic = topic
         self._gate = FlowGate(self._flow_control, clock=clock)
-        self._intake = Intake(self._gate)
+        self._intake = Intake(self._gate, ordering=self._message_ordering)
         self._paused: frozenset[str] = frozenset()
         self._closed = False
         self._options_lock = threading.Lock()

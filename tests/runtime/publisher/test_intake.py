@@ -44,6 +44,23 @@ def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None
     assert intake._gate.outstanding == (6, 19)  # admitted by the gate, released by settling
 
 
+@pytest.mark.parametrize("ordering", [False, True])
+def test_interleaved_keys_gather_into_one_run_per_key_only_with_ordering(ordering: bool) -> None:
+    intake = Intake(FlowGate(FlowControl()), ordering=ordering)
+    shared: dict[str, str] = {}
+    for n, key in enumerate(["a", "b", "a", "b", None, "a"]):
+        intake.put(b"%d" % n, shared, key, Future(), 1)
+
+    with intake._gate.lock:
+        runs = [(run[2], run[0]) for run in intake.take()]
+
+    if ordering:  # each key is a lane: its order is all that must hold
+        assert runs == [("a", [b"0", b"2", b"5"]), ("b", [b"1", b"3"]), (None, [b"4"])]
+    else:  # one lane: publish order across keys
+        assert runs == [("a", [b"0"]), ("b", [b"1"]), ("a", [b"2"]), ("b", [b"3"]),
+                        (None, [b"4"]), ("a", [b"5"])]
+
+
 def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
     intake = _intake()
     bulk = Bulk(2)
