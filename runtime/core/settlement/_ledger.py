@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -60,6 +60,10 @@ class Ledger:
         self._counters = Counters()
         self._tracks: dict[int, OutcomeTrack] = {}
         self._live: dict[int, HandOver] = {}
+        # Replayed letters of one message share one track (its seq): the message is
+        # pending and delivered once, however many of its destinations get it back.
+        self._replay_seqs: dict[str, int] = {}
+        self._replayed_ids: dict[int, str] = {}
         self._handover_ids = itertools.count(1)
         self._deadlines = Deadlines(ack_timeout, clock)
         self._schedule: Callable[[float], None] = lambda when: None
@@ -117,6 +121,33 @@ class Ledger:
             self._counters.published += 1
             self.pending += 1
             self._tracks[seq] = OutcomeTrack(destinations, future)
+
+    def replay_seq(self, message_id: str, fresh: Iterator[int]) -> int:
+        """The sequence number a replayed letter of ``message_id`` travels under: that of
+        the message's letters still out, else ``next(fresh)``."""
+        with self._lock:
+            seq = self._replay_seqs.get(message_id)
+        return next(fresh) if seq is None else seq
+
+    def reserve_replay(self, envelope: Envelope, message_id: str) -> None:
+        """Count a replayed letter pending: a destination more on its message's track
+        when other letters of it are out, else the message pending anew.
+
+        Raises:
+            TopicClosedError: the topic closed; nothing was reserved.
+        """
+        with self._lock:
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            seq = envelope[SEQ]
+            track = self._tracks.get(seq)
+            if track is not None:
+                track.remaining += 1
+                return
+            self.pending += 1
+            self._tracks[seq] = OutcomeTrack(1, None)
+            self._replay_seqs[message_id] = seq
+            self._replayed_ids[seq] = message_id
 
     def take_slot(self, max_pending: int, deadline: float | None) -> None:
         """Wait until fewer than ``max_pending`` messages are pending, then take a slot.
@@ -385,6 +416,8 @@ class Ledger:
 
     def _complete(self, seq: int, track: OutcomeTrack, effects: list[Effect]) -> None:
         del self._tracks[seq]
+        if seq < 0:  # a replay's track
+            self._replay_seqs.pop(self._replayed_ids.pop(seq, ""), None)
         self.pending -= 1
         outcome = track.outcome()
         if outcome.acked:
