@@ -47,7 +47,9 @@ The families and their modules:
 - ``_redis_pipeline``: ``redis_pipeline``, Publisher -> Redis topic -> ``workers=2`` vs
   the raw redis-py ceiling (Lua XADD x100, two XREADGROUP + XACK processes; target 0.5).
 - ``_spark``: ``spark_source`` / ``spark_sink``, rows/s on ``local[2]`` (floor 100,000),
-  skipped with a reason without pyspark, Java or the bridge's measurement.
+  skipped with a reason without pyspark, Java or the bridge's measurement;
+  ``spark_source_redis`` (vs ``spark_source``, 1.0; ``/ceiling`` 0.5) and
+  ``spark_sink_redis`` (0.25) on a Redis topic, skipped without a Redis.
 """
 
 from __future__ import annotations
