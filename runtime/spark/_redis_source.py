@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -220,18 +221,23 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
               schema: StructType, partition: HeldRange) -> Iterator[pa.RecordBatch]:
-    """The pending entries of ``partition``'s range, slice by slice."""
+    """The pending entries of ``partition``'s range, slice by slice. While Spark takes
+    one slice, a thread of the task reads the next: Redis's work and the task's overlap."""
     keys = TopicKeys.of(options.topic, partition.partition)
     limits = Limits.of(settings, keys, options.group, options.consumer)
-    after = partition.after
-    while True:
-        reply = connection.run("READ_HELD", [keys.stream], [
+
+    def fetch(after: str) -> Any:
+        return connection.run("READ_HELD", [keys.stream], [
             options.group, options.consumer, after, partition.upto, SLICE_ROWS])
-        if not reply:
-            return
-        batch = held_batch(reply, limits, connection, schema)
-        if batch.num_rows:
-            yield batch
-        after = reply[-1].decode()
-        if after == partition.upto:
-            return
+
+    with ThreadPoolExecutor(1, "actorbus-redis-read") as reader:
+        reply = fetch(partition.after)
+        while reply:
+            last = reply[-1].decode()
+            following = reader.submit(fetch, last) if last != partition.upto else None
+            batch = held_batch(reply, limits, connection, schema)
+            if batch.num_rows:
+                yield batch
+            if following is None:
+                return
+            reply = following.result()
