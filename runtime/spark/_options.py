@@ -325,8 +325,9 @@ class _RedisTopic:
 
         try:
             settings = recorded_settings(connection, self.topic)
-            groups = None if group is None else {
-                name.decode() for name in connection.client.smembers(TopicKeys.of(self.topic).groups)}
+            with connection.guard():
+                groups = None if group is None else {name.decode() for name in
+                                                     connection.client.smembers(TopicKeys.of(self.topic).groups)}
         except BackendUnavailableError as exc:
             raise InvalidSettingsError("redis", f"{connection.url} did not answer: {exc}") from None
         except TopicNotFoundError:

@@ -69,8 +69,8 @@ def _stage(options: RedisSinkOptions, settings: TopicSettings, producer: str, ba
     connection = options.connect()
     try:
         with connection.guard():
-            pipe = connection.client.pipeline(transaction=False)
             for chunk, table in enumerate(_chunks(batches)):
+                pipe = connection.client.pipeline(transaction=False)
                 rows = sink_batch(table, options.error_column)
                 for partition, part_rows in _by_partition(rows, settings.partitions,
                                                           context.partitionId()):
@@ -85,7 +85,7 @@ def _stage(options: RedisSinkOptions, settings: TopicSettings, producer: str, ba
                         pipe.expire(key, STAGED_TTL)
                         staged.parts.append((partition, name))
                         staged.rows += part.rows
-                pipe.execute()
+                pipe.execute()  # one chunk at a time: a task holds one chunk's commands
     finally:
         connection.close()
     return staged
