@@ -311,6 +311,7 @@ def measure_spark_throughput(
             _throughput(spark, bus, broker, 1000, workdir, "warmup")
             _sink_only(spark, bus, broker, 1000, "warmup-sink")
             if redis is not None:
+                _redis_source_only(spark, redis[0], redis[1], 1000, workdir, "warmup-redis-source")
                 _redis_sink_only(spark, redis[0], redis[1], 1000, "warmup-redis-sink")
             runs = [_repetition(spark, bus, broker, rows, workdir / f"run-{n}", n, redis)
                     for n in range(repeats)]
