@@ -31,6 +31,8 @@ class TopicKeys:
         settled: completed messages (acked ids in bulk, nacked ones with their nacks),
             which publishing processes tail to resolve their outcomes.
         settings: the settings the topic was declared with (a hash).
+        committed: the (producer, batch) pairs a staged write published into this
+            partition (a hash; see `staged`).
     """
 
     stream: str
@@ -42,6 +44,7 @@ class TopicKeys:
     dead: str
     settled: str
     settings: str
+    committed: str
 
     @classmethod
     def of(cls, topic: str, partition: int = 0) -> TopicKeys:
@@ -51,6 +54,7 @@ class TopicKeys:
             stream=f"{tag}:stream", groups=f"{tag}:groups", readers=f"{tag}:readers",
             stats=f"{tag}:stats", remaining=f"{tag}:remaining", failed=f"{tag}:failed",
             dead=f"{tag}:dead", settled=f"{tag}:settled", settings=f"{tag}:settings",
+            committed=f"{tag}:committed",
         )
 
     def owner(self, group: str) -> str:
@@ -66,17 +70,22 @@ class TopicKeys:
     def all(self) -> list[str]:
         """Every key (what `destroy` deletes)."""
         return [self.stream, self.groups, self.readers, self.stats, self.remaining,
-                self.failed, self.dead, self.settled, self.settings]
+                self.failed, self.dead, self.settled, self.settings, self.committed]
+
+    def staged(self, producer: str, batch: str, part: str) -> str:
+        """The key of one part a writer staged for (``producer``, ``batch``): a list of
+        message fields in this partition's slot, published by the commit script."""
+        return f"{self.stream[:-len(':stream')]}:staged:{producer}:{batch}:{part}"
 
     def settling(self) -> list[str]:
         """The keys of the settle and reclaim scripts, in their order."""
         return [self.stream, self.stats, self.remaining, self.failed, self.dead, self.settled]
 
 
-def partition_of(key: str, partitions: int) -> int:
+def partition_of(key: str | bytes, partitions: int) -> int:
     """The partition of ordering key ``key``: a stable hash (CRC-32 of its UTF-8 bytes),
-    the same in every process and on every host."""
-    return zlib.crc32(key.encode()) % partitions
+    the same in every process and on every host (and for the Spark sink's rows)."""
+    return zlib.crc32(key.encode() if isinstance(key, str) else key) % partitions
 
 
 def message_id_of(partition: int, entry_id: str) -> str:
