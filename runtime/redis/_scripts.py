@@ -19,8 +19,8 @@ Encodings shared with Python (`runtime.redis._records`):
 from __future__ import annotations
 
 __all__ = ["ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "DRAIN",
-           "HEARTBEAT", "LEASE", "PUBLISH", "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM",
-           "UNLEASE"]
+           "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH", "READER_REAP", "READER_SETTLE",
+           "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM", "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -102,9 +102,11 @@ local stride = 4
 if plain then stride = 1 end
 local names = redis.call('SMEMBERS', groups)
 local ngroups = #names
+-- A broadcast reader is a consumer group of its own, created at its attach (a
+-- transaction with its SADD), so it reads every entry added while it is in `readers`.
 local nreaders = redis.call('SCARD', readers)
 local pending = 0
-if max_pending > 0 and ngroups > 0 then
+if max_pending > 0 and ngroups + nreaders > 0 then
   pending = tonumber(redis.call('HGET', stats, 'pending') or '0')
   if pending >= max_pending then return {'full', pending} end
 end
@@ -143,13 +145,10 @@ for i = 0, n - 1 do
                     'a', ARGV[b + 3])
   end
   out[#out + 1] = id
-  if ngroups > 1 then redis.call('HSET', remaining, id, ngroups) end
+  -- Every group and every reader attached now settles it once.
+  if ngroups + nreaders > 1 then redis.call('HSET', remaining, id, ngroups + nreaders) end
 end
-if ngroups > 0 then
-  redis.call('HINCRBY', stats, 'pending', n)
-else
-  redis.call('HINCRBY', stats, 'delivered', n)
-end
+redis.call('HINCRBY', stats, 'pending', n)
 return out
 """
 
@@ -401,15 +400,134 @@ return id
 """
 
 ATTACH = """
-local stream, readers = KEYS[1], KEYS[2]
-redis.call('SADD', readers, ARGV[1])
-local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-if last[1] then return last[1][1] end
-return '0-0'
+-- A broadcast reader joins: its name in `readers` and a consumer group of its own at the
+-- stream's end, in one step, so a publish either comes before (and does not count it) or
+-- after (and counts it, and the reader reads it). ARGV[2] 'anew': attach only while the
+-- stream exists (a reader never brings a destroyed topic back); returns 0 then, else 1.
+local stream, readers, name = KEYS[1], KEYS[2], ARGV[1]
+if ARGV[2] == 'anew' and redis.call('EXISTS', stream) == 0 then return 0 end
+redis.call('SADD', readers, name)
+redis.call('XGROUP', 'CREATE', stream, name, '$', 'MKSTREAM')
+redis.call('XGROUP', 'CREATECONSUMER', stream, name, name)
+return 1
 """
 
 DRAIN = """
 local entries = redis.call('XRANGE', KEYS[1], '-', '+')
 redis.call('DEL', KEYS[1])
 return entries
+"""
+
+_READERS = _SETTLING + """
+local readers = KEYS[7]
+-- Whether a stream entry is a message readers were counted for (a replay is for one group).
+local function counted(id)
+  local entry = redis.call('XRANGE', stream, id, id)
+  if #entry == 0 then return true end
+  local fields = entry[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'o' then return false end
+  end
+  return true
+end
+-- The reader `name` leaves: its share of every message it holds or has not read yet
+-- completes with a nack `reason` (the held ones dead-lettered with `bury_held`), counted
+-- under `counter`. Returns how many.
+local function drop_reader(name, reason, counter, bury_held, dead_limit)
+  redis.call('SREM', readers, name)
+  local infos = redis.pcall('XINFO', 'GROUPS', stream)
+  if infos.err then return 0 end
+  local last = nil
+  for _, info in ipairs(infos) do
+    local found, at = false, nil
+    for i = 1, #info, 2 do
+      if info[i] == 'name' and info[i + 1] == name then found = true end
+      if info[i] == 'last-delivered-id' then at = info[i + 1] end
+    end
+    if found then last = at end
+  end
+  if last == nil then return 0 end
+  local sid = holder_sid(name)
+  local record = nack_record('subscriber:' .. sid, reason, '')
+  local count = 0
+  for _, p in ipairs(redis.call('XPENDING', stream, name, '-', '+', 1000000)) do
+    if counted(p[1]) then
+      if bury_held then bury(p[1], '', sid, reason, '', 1, '', '', dead_limit) end
+      complete(p[1], record)
+      count = count + 1
+    end
+  end
+  for _, e in ipairs(redis.call('XRANGE', stream, '(' .. last, '+')) do
+    local replay = false
+    for i = 1, #e[2], 2 do
+      if e[2][i] == 'o' then replay = true end
+    end
+    if not replay then
+      complete(e[1], record)
+      count = count + 1
+    end
+  end
+  redis.call('XGROUP', 'DESTROY', stream, name)
+  if count > 0 then redis.call('HINCRBY', stats, counter, count) end
+  return count
+end
+"""
+
+READER_SETTLE = _SETTLING + """
+local name, sid, dead_limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local id, kind, reason, err = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+-- The fence: an entry the reader no longer holds (timed out, the reader dropped) is not its.
+if redis.call('XACK', stream, name, id) == 0 then return 'taken' end
+if kind == 'a' then
+  complete(id, nil)
+else
+  redis.call('HINCRBY', stats, 'nacked', 1)
+  bury(id, '', sid, reason, err, 1, ARGV[8], ARGV[9], dead_limit)
+  complete(id, nack_record('subscriber:' .. sid, reason, err))
+end
+flush_acked()
+return 'ok'
+"""
+
+READER_DETACH = _READERS + """
+local count = drop_reader(ARGV[1], 'unsubscribed', 'nacked', false, 0)
+flush_acked()
+return count
+"""
+
+READER_REAP = _READERS + """
+-- Readers presumed gone (no read for the ack deadline) leave with their share `timeout`;
+-- a live reader's deliveries held past the deadline time out (dead-lettered, never
+-- redelivered: broadcast).
+local tmo, dead_limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local count = 0
+for _, name in ipairs(redis.call('SMEMBERS', readers)) do
+  local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, name)
+  if consumers.err then
+    redis.call('SREM', readers, name)
+  else
+    local idle = nil
+    for _, c in ipairs(consumers) do
+      for i = 1, #c, 2 do
+        if c[i] == 'idle' then idle = tonumber(c[i + 1]) end
+      end
+    end
+    if idle == nil or idle >= tmo then
+      count = count + drop_reader(name, 'timeout', 'timed_out', true, dead_limit)
+    else
+      local sid = holder_sid(name)
+      for _, p in ipairs(redis.call('XPENDING', stream, name, 'IDLE', tmo, '-', '+', 1000)) do
+        redis.call('XACK', stream, name, p[1])
+        if counted(p[1]) then
+          redis.call('HINCRBY', stats, 'timed_out', 1)
+          bury(p[1], '', sid, 'timeout', '', 1, '', '', dead_limit)
+          complete(p[1], nack_record('subscriber:' .. sid, 'timeout', ''))
+          count = count + 1
+        end
+      end
+    end
+  end
+end
+flush_acked()
+return count
 """

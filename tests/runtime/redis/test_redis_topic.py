@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from runtime import Bus, Message
+from runtime import Bus, Message, Nack
 from runtime.errors import (
     BackendUnavailableError,
     InvalidSettingsError,
@@ -428,4 +428,44 @@ def test_a_remote_batch_into_a_full_redis_topic_fails_whole_at_its_timeout(
 
     assert all(isinstance(error, WouldBlock) for error in errors)
     assert topic.stats().pending == 1  # the batch took no slot
+
+
+def test_closing_a_readers_bus_settles_its_held_and_unread_share_unsubscribed(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as publishing, Bus(redis=redis_url) as reading:
+        topic = publishing.create_topic(topic_name, backend="redis")
+        reader = reading.create_topic(topic_name, backend="redis").subscription()
+        reports = [topic.publish(i) for i in range(3)]
+        held = reader.receive(timeout=10)
+
+        reading.close()
+
+        nack = Nack(f"subscriber:{reader.id}", "unsubscribed")
+        assert [r.outcome.result(timeout=10).nacks for r in reports] == [(nack,)] * 3
+        with pytest.raises(SettlementError):
+            held.ack()  # its reader left: the share was settled already
+        assert topic.join(timeout=10) is True
+        stats = topic.stats()
+        assert (stats.pending, stats.nacked, stats.delivered) == (0, 3, 0)
+        assert len(topic.dead_letters) == 0
+        topic.destroy()
+
+
+def test_reader_holding_a_delivery_past_the_deadline_times_out_and_is_fenced(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3)
+    slow = topic.subscription()
+    report = topic.publish("held too long")
+    held = slow.receive(timeout=10)
+
+    outcome = report.outcome.result(timeout=10)  # the watch's reaps time it out
+
+    assert outcome.nacks == (Nack(f"subscriber:{slow.id}", "timeout"),)
+    with pytest.raises(SettlementError):
+        held.ack()
+    [letter] = list(topic.dead_letters)
+    assert (letter.message, letter.reason, letter.group, letter.subscriber_id) == (
+        "held too long", "timeout", None, slow.id)
+    stats = topic.stats()
+    assert (stats.pending, stats.timed_out, stats.delivered) == (0, 1, 0)
     topic.destroy()
