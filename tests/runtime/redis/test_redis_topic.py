@@ -469,3 +469,33 @@ def test_reader_holding_a_delivery_past_the_deadline_times_out_and_is_fenced(
     stats = topic.stats()
     assert (stats.pending, stats.timed_out, stats.delivered) == (0, 1, 0)
     topic.destroy()
+
+
+def test_a_flushed_script_cache_is_reloaded_without_losing_a_call(
+        redis_bus: Bus, redis_url: str, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    seen: list[Any] = []
+    done = threading.Event()
+
+    def handle(delivery: Any) -> None:
+        seen.append(delivery.message.data)
+        delivery.ack()
+        if len(seen) == 20:
+            done.set()
+
+    topic.subscribe(handle, group="g")
+    publisher = topic.publisher()
+    publisher.publish(b"before").result(timeout=10)
+    redis.Redis.from_url(redis_url).script_flush()
+
+    for i in range(19):
+        publisher.publish(b"%d" % i)
+    publisher.flush(10)
+
+    assert done.wait(10) is True
+    assert seen == [b"before", *(b"%d" % i for i in range(19))]
+    assert topic.join(timeout=10) is True
+    stats = topic.stats()
+    assert (stats.published, stats.delivered, stats.pending) == (20, 20, 0)
+    publisher.close()
+    topic.destroy()
