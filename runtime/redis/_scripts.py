@@ -157,15 +157,23 @@ local group, consumer, sid = ARGV[1], ARGV[2], ARGV[3]
 local tmo, max_attempts, dead_limit = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 local to_ack = {}
+-- acks: a count, then (id, attempt) pairs
+local acks = tonumber(ARGV[7])
+-- This consumer's pending entries, looked up once for a batch of acks (it holds little
+-- more than what it acks); an id not among them is looked up alone.
+local held = {}
+if acks > 1 then
+  for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', acks + 256, consumer)) do
+    held[p[1]] = p
+  end
+end
 local function fence(id, attempt)
-  local p = redis.call('XPENDING', stream, group, id, id, 1)[1]
+  local p = held[id] or redis.call('XPENDING', stream, group, id, id, 1)[1]
   if not p then return 'gone' end
   if p[2] ~= consumer or p[4] ~= attempt then return 'taken' end
   if tmo > 0 and p[3] >= tmo then return 'late' end
   return 'ok'
 end
--- acks: a count, then (id, attempt) pairs
-local acks = tonumber(ARGV[7])
 for i = 0, acks - 1 do
   local id = ARGV[8 + i * 2]
   local state = fence(id, tonumber(ARGV[9 + i * 2]))
