@@ -37,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _NO_SUBSCRIBERS = Outcome(acked=False, nacks=(Nack("none", "no_subscribers"),))
-_JOIN_POLL = (0.005, 0.1)  # `join` re-reads the pending gauge, backing off between
+_JOIN_POLL = (0.002, 0.01)  # `join` re-reads the pending gauge, backing off between (how
+# late it may return: one small read per period)
 _STATS = ("published", "delivered", "nacked", "timed_out", "dead_lettered", "throttled",
           "dropped", "lagged", "redelivered")
 
