@@ -50,7 +50,8 @@ The families and their modules:
   worker processes own one partition each vs one partition read in order by one worker
   (~200 us handler; target 1.5); ``/compete``, vs one partition and two competing workers.
 - ``_redis_fanout``: ``redis_fanout_cpu``, ``fanout_cpu`` on a Redis topic's ``workers=2``
-  group: its speedup over serial vs the best stdlib pool's (target 0.9).
+  group fed by a Publisher: its speedup over serial vs the best stdlib pool's (target 0.9);
+  ``/publish1`` the same with ``topic.publish`` one at a time (report only).
 - ``_spark``: ``spark_source`` / ``spark_sink``, rows/s on ``local[2]`` (floor 100,000),
   skipped with a reason without pyspark, Java or the bridge's measurement.
 """
