@@ -118,6 +118,10 @@ class BroadcastReader:
         self._connection.run("ATTACH", [self._keys.stream, self._keys.readers], [name, ""])
         return name
 
+    def _stream_exists(self) -> bool:
+        with self._connection.guard():
+            return bool(self._connection.client.exists(self._keys.stream))
+
     def detach(self) -> None:
         """Leave the topic's readers: its share of what it holds or has not read settles
         as a nack ``unsubscribed`` (later settlements of its deliveries are refused).
@@ -143,7 +147,9 @@ class BroadcastReader:
                         name, name, {self._keys.stream: ">"}, count=count,
                         block=None if block is None else max(int(block * 1000), 1))
             except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
+                # Its group was dropped by a reap; a stream that is gone was destroyed,
+                # and attaching anew must not bring its keys back.
+                if "NOGROUP" not in str(exc) or not self._stream_exists():
                     raise
                 logger.warning("topic %s: broadcast subscriber %d was presumed gone (no read "
                                "for ack_timeout) and reads on from now", self._topic,

@@ -499,3 +499,40 @@ def test_a_flushed_script_cache_is_reloaded_without_losing_a_call(
     assert (stats.published, stats.delivered, stats.pending) == (20, 20, 0)
     publisher.close()
     topic.destroy()
+
+
+def test_reader_presumed_gone_reads_on_from_the_streams_end(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3)
+    reader = topic.subscription()
+    unread = topic.publish("while it did not read")
+    assert unread.outcome.result(timeout=10).nacks == (
+        Nack(f"subscriber:{reader.id}", "timeout"),)  # the watch's reap presumed it gone
+    missed = topic.publish("while it was gone")
+
+    with pytest.raises(TimeoutError):
+        reader.receive(timeout=0.2)  # attaches anew, from the stream's end
+    later = topic.publish("after it came back")
+    delivery = reader.receive(timeout=10)
+    delivery.ack()
+
+    assert missed.outcome.result(timeout=10).nacks[0].reason == "no_subscribers"
+    assert delivery.message == "after it came back"
+    assert later.outcome.result(timeout=10).acked is True
+    assert topic.join(timeout=10) is True
+    reader.unsubscribe()
+    topic.destroy()
+
+
+def test_a_reader_of_a_destroyed_topic_does_not_bring_its_keys_back(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as reading, Bus(redis=redis_url) as destroying:
+        reader = reading.create_topic(topic_name, backend="redis", ack_timeout=0.3
+                                      ).subscription()
+        destroying.create_topic(topic_name, backend="redis", ack_timeout=0.3).destroy()
+
+        with pytest.raises(redis.ResponseError):
+            reader.receive(timeout=1)
+
+        keys = TopicKeys.of(topic_name)
+        assert redis.Redis.from_url(redis_url).exists(*keys.all()) == 0
