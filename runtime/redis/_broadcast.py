@@ -76,8 +76,9 @@ class Reaper:
 class BroadcastReader:
     """Reads every entry published after it attached, at its own pace.
 
-    Attached, it is in the topic's ``readers`` set and has a consumer group of its own
-    created at the stream's end in the same transaction, so every publish from then on
+    Attached, it is in the topic's ``readers`` (with when it last read: each read says so)
+    and has a consumer group of its own created at the stream's end in the same script,
+    so every publish from then on
     counts it as a destination: the message stays pending, and its outcome waits, until
     this reader settled its share. An ack or nack is one script call (a nack writes a dead
     letter; a reader never redelivers); detaching settles its share of what it holds or
@@ -111,16 +112,13 @@ class BroadcastReader:
         self._clock = clock
         self._reaper = Reaper(connection, [keys], settings, clock)
         self._lock = threading.Lock()
-        self.name = self._attach()
+        self.name = READER_PREFIX + consumer_name(subscriber_id)
+        self._attach(self.name)
 
-    def _attach(self) -> str:
-        name = READER_PREFIX + consumer_name(self.subscriber_id)
-        self._connection.run("ATTACH", [self._keys.stream, self._keys.readers], [name, ""])
-        return name
-
-    def _stream_exists(self) -> bool:
-        with self._connection.guard():
-            return bool(self._connection.client.exists(self._keys.stream))
+    def _attach(self, name: str, *, anew: bool = False) -> bool:
+        """Join the readers as ``name``; False (``anew``) when the stream is gone."""
+        return bool(self._connection.run("ATTACH", [self._keys.stream, self._keys.readers],
+                                         [name, "anew" if anew else ""]))
 
     def detach(self) -> None:
         """Leave the topic's readers: its share of what it holds or has not read settles
@@ -141,20 +139,24 @@ class BroadcastReader:
         self._reaper.due()
         with self._lock:
             name = self.name
+            batch = self._connection.batch()  # "I read now", and the read, in one round trip
+            batch.script("READER_TOUCH", [self._keys.readers], [name])
+            batch.command("xreadgroup", name, name, {self._keys.stream: ">"}, count=count,
+                          block=None if block is None else max(int(block * 1000), 1))
             try:
-                with self._connection.guard():
-                    reply = self._connection.client.xreadgroup(
-                        name, name, {self._keys.stream: ">"}, count=count,
-                        block=None if block is None else max(int(block * 1000), 1))
+                reply = batch.execute()[1]
             except redis.ResponseError as exc:
                 # Its group was dropped by a reap; a stream that is gone was destroyed,
                 # and attaching anew must not bring its keys back.
-                if "NOGROUP" not in str(exc) or not self._stream_exists():
+                if "NOGROUP" not in str(exc):
+                    raise
+                renamed = READER_PREFIX + consumer_name(self.subscriber_id)
+                if not self._attach(renamed, anew=True):
                     raise
                 logger.warning("topic %s: broadcast subscriber %d was presumed gone (no read "
                                "for ack_timeout) and reads on from now", self._topic,
                                self.subscriber_id)
-                self.name = self._attach()
+                self.name = renamed
                 return []
         if not reply:
             return []

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 __all__ = ["ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "DRAIN",
            "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH", "READER_REAP", "READER_SETTLE",
-           "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM", "UNLEASE"]
+           "READER_TOUCH", "RECLAIM", "RELEASE", "REPLAY", "SETTLE", "TRIM", "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -103,8 +103,8 @@ if plain then stride = 1 end
 local names = redis.call('SMEMBERS', groups)
 local ngroups = #names
 -- A broadcast reader is a consumer group of its own, created at its attach (a
--- transaction with its SADD), so it reads every entry added while it is in `readers`.
-local nreaders = redis.call('SCARD', readers)
+-- step with its entry in `readers`), so it reads every entry added while it is there.
+local nreaders = redis.call('HLEN', readers)
 local pending = 0
 if max_pending > 0 and ngroups + nreaders > 0 then
   pending = tonumber(redis.call('HGET', stats, 'pending') or '0')
@@ -414,7 +414,8 @@ ATTACH = """
 -- stream exists (a reader never brings a destroyed topic back); returns 0 then, else 1.
 local stream, readers, name = KEYS[1], KEYS[2], ARGV[1]
 if ARGV[2] == 'anew' and redis.call('EXISTS', stream) == 0 then return 0 end
-redis.call('SADD', readers, name)
+local t = redis.call('TIME')
+redis.call('HSET', readers, name, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 redis.call('XGROUP', 'CREATE', stream, name, '$', 'MKSTREAM')
 redis.call('XGROUP', 'CREATECONSUMER', stream, name, name)
 return 1
@@ -442,7 +443,7 @@ end
 -- completes with a nack `reason` (the held ones dead-lettered with `bury_held`), counted
 -- under `counter`. Returns how many.
 local function drop_reader(name, reason, counter, bury_held, dead_limit)
-  redis.call('SREM', readers, name)
+  redis.call('HDEL', readers, name)
   local infos = redis.pcall('XINFO', 'GROUPS', stream)
   if infos.err then return 0 end
   local last = nil
@@ -503,28 +504,34 @@ flush_acked()
 return count
 """
 
+READER_TOUCH = """
+-- A reader says it reads now (when it still is one: a reader presumed gone stays gone).
+local t = redis.call('TIME')
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+return 1
+"""
+
 READER_REAP = _READERS + """
 -- Readers presumed gone (no read for the ack deadline) leave with their share `timeout`;
 -- a live reader's deliveries held past the deadline time out (dead-lettered, never
 -- redelivered: broadcast).
 local tmo, dead_limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local count = 0
-for _, name in ipairs(redis.call('SMEMBERS', readers)) do
-  local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, name)
-  if consumers.err then
-    redis.call('SREM', readers, name)
+local seen = redis.call('HGETALL', readers)
+for i = 1, #seen, 2 do
+  local name, last = seen[i], tonumber(seen[i + 1])
+  if now - last >= tmo then
+    count = count + drop_reader(name, 'timeout', 'timed_out', true, dead_limit)
   else
-    local idle = nil
-    for _, c in ipairs(consumers) do
-      for i = 1, #c, 2 do
-        if c[i] == 'idle' then idle = tonumber(c[i + 1]) end
-      end
-    end
-    if idle == nil or idle >= tmo then
-      count = count + drop_reader(name, 'timeout', 'timed_out', true, dead_limit)
+    local sid = holder_sid(name)
+    local held = redis.pcall('XPENDING', stream, name, 'IDLE', tmo, '-', '+', 1000)
+    if held.err then
+      redis.call('HDEL', readers, name)
     else
-      local sid = holder_sid(name)
-      for _, p in ipairs(redis.call('XPENDING', stream, name, 'IDLE', tmo, '-', '+', 1000)) do
+      for _, p in ipairs(held) do
         redis.call('XACK', stream, name, p[1])
         if counted(p[1]) then
           redis.call('HINCRBY', stats, 'timed_out', 1)
