@@ -536,3 +536,23 @@ def test_a_reader_of_a_destroyed_topic_does_not_bring_its_keys_back(
 
         keys = TopicKeys.of(topic_name)
         assert redis.Redis.from_url(redis_url).exists(*keys.all()) == 0
+
+
+def test_a_reader_of_every_partition_is_a_destination_of_each_publish(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", partitions=3)
+    reader = topic.subscription(prefetch=10)
+    reports = [topic.publish(f"m{i}", key=f"k{i}") for i in range(6)]
+    assert [r.broadcast for r in reports] == [1] * 6
+    assert topic.stats().pending == 6
+
+    seen = [reader.receive(timeout=10) for _ in range(6)]
+    for delivery in seen:
+        delivery.ack()
+
+    assert sorted(d.message for d in seen) == [f"m{i}" for i in range(6)]
+    assert all(r.outcome.result(timeout=10).acked for r in reports)
+    assert topic.join(timeout=10) is True
+    assert (topic.stats().pending, topic.stats().delivered) == (0, 6)
+    reader.unsubscribe()
+    topic.destroy()
