@@ -20,20 +20,23 @@ import multiprocessing
 import os
 import pickle
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
 from actors import Actor, ActorSystem, Pool
-from runtime import Bus, Delivery, Topic
+from runtime import Bus, Delivery
 
 from ._harness import Comparison, Profile, Scenario
-from ._measure import interleave, payloads, per_second
+from ._measure import Round, interleave, payloads, per_second
 from ._raw_pipe import PROTOCOL, raw_process
 
-__all__ = ["FANOUT_SCENARIOS", "SCENARIOS", "spin", "spin_child", "spin_delivery", "spin_message"]
+__all__ = ["FANOUT_SCENARIOS", "SCENARIOS", "fanout_messages", "iterations_per_task",
+           "publish_each", "speedups", "spin", "spin_child", "spin_delivery", "spin_message",
+           "stdlib_sides"]
 
 _TIMEOUT = 120.0
 _TASK_SECONDS = 0.002
@@ -79,7 +82,7 @@ def spin_delivery(iterations: int, delivery: Delivery[Any]) -> None:
     spin(iterations)
 
 
-def _iterations_per_task(seconds: float = _TASK_SECONDS) -> int:
+def iterations_per_task(seconds: float = _TASK_SECONDS) -> int:
     """How many `spin` steps take about ``seconds`` here (best of three)."""
     best = float("inf")
     for _ in range(3):
@@ -107,7 +110,7 @@ def _run_raw(conns: list[Connection], tasks: int, iterations: int) -> None:
 def measure_scaling(profile: Profile) -> tuple[Comparison, ...]:
     """Tasks per second on ``os.cpu_count()`` workers vs on one; the ratio is the speedup."""
     tasks = profile.count(480, minimum=8)
-    iterations = _iterations_per_task()
+    iterations = iterations_per_task()
     workers = os.cpu_count() or 1
     with ActorSystem("bench-scaling") as system, ExitStack() as raw:
         one = system.pool(Burner, size=1, process=True, name="one")
@@ -131,12 +134,13 @@ def _serial(messages: list[bytes], iterations: int) -> None:
         spin_message(iterations, message)
 
 
-def _publish_each(topic: Topic[Any], messages: list[bytes]) -> None:
+def publish_each(topic: Any, messages: list[bytes]) -> None:
+    """``topic.publish`` every message, one at a time, then wait until nothing is pending."""
     publish = topic.publish
     for message in messages:
         publish(message)
     if not topic.join(_TIMEOUT):
-        raise RuntimeError("fanout_cpu: messages still pending")
+        raise RuntimeError(f"{topic.name}: messages still pending")
 
 
 def _seconds(work: Any) -> float:
@@ -145,32 +149,51 @@ def _seconds(work: Any) -> float:
     return time.perf_counter() - start
 
 
-def measure_fanout_cpu(profile: Profile) -> Comparison:
-    """Speedup over serial: topic.publish one at a time to 2 workers vs the best stdlib pool."""
-    messages = payloads(profile.count(2_000, minimum=40))
-    iterations = _iterations_per_task(_FANOUT_SECONDS)
+def fanout_messages(profile: Profile, full: int = 2_000) -> tuple[list[bytes], int]:
+    """The messages of a fan-out round and the `spin` steps of about 200 us here."""
+    return payloads(profile.count(full, minimum=40)), iterations_per_task(_FANOUT_SECONDS)
+
+
+@contextmanager
+def stdlib_sides(messages: list[bytes], iterations: int) -> Iterator[dict[str, Round]]:
+    """The serial round and the best configuration of the standard library's pools (fork
+    ``ProcessPoolExecutor(2).map`` and ``mp.Pool(2).imap_unordered``, every message at
+    once, chunks of 25) as timed rounds. Enter it before anything starts threads: it
+    forks its children at once."""
     work = partial(spin_message, iterations)
     context = multiprocessing.get_context("fork")
-    with ExitStack() as stack:  # fork every baseline child before the bus starts threads
+    with ExitStack() as stack:
         executor = stack.enter_context(ProcessPoolExecutor(2, mp_context=context))
         list(executor.map(work, messages[:2]))
         pool = context.Pool(2)
         stack.callback(pool.join)
         stack.callback(pool.close)
-        bus = stack.enter_context(Bus())
-        topic = bus.create_topic("bench-fanout-cpu")
-        topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2, auto_ack=True)
-        medians = interleave({
+        yield {
             "serial": lambda: _seconds(partial(_serial, messages, iterations)),
-            "ours": lambda: _seconds(partial(_publish_each, topic, messages)),
             "executor": lambda: _seconds(lambda: list(
                 executor.map(work, messages, chunksize=_FANOUT_CHUNK))),
             "pool": lambda: _seconds(lambda: list(
                 pool.imap_unordered(work, messages, chunksize=_FANOUT_CHUNK))),
-        }, repeats=profile.repeats)
+        }
+
+
+def speedups(medians: dict[str, float]) -> Comparison:
+    """Our speedup over serial (side ``ours``) against the best stdlib pool's."""
     best = min(medians["executor"], medians["pool"])
     return Comparison(value=medians["serial"] / medians["ours"],
                       baseline_value=medians["serial"] / best)
+
+
+def measure_fanout_cpu(profile: Profile) -> Comparison:
+    """Speedup over serial: topic.publish one at a time to 2 workers vs the best stdlib pool."""
+    messages, iterations = fanout_messages(profile)
+    # fork every baseline child before the bus starts threads
+    with stdlib_sides(messages, iterations) as sides, Bus() as bus:
+        topic = bus.create_topic("bench-fanout-cpu")
+        topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2, auto_ack=True)
+        sides["ours"] = lambda: _seconds(partial(publish_each, topic, messages))
+        medians = interleave(sides, repeats=profile.repeats)
+    return speedups(medians)
 
 
 FANOUT_SCENARIOS = (

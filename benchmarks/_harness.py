@@ -49,6 +49,9 @@ The families and their modules:
 - ``_redis_partitions``: ``redis_partitions``, 64 keys over a 2-partition topic whose two
   worker processes own one partition each vs one partition read in order by one worker
   (~200 us handler; target 1.5); ``/compete``, vs one partition and two competing workers.
+- ``_redis_fanout``: ``redis_fanout_cpu``, ``fanout_cpu`` on a Redis topic's ``workers=2``
+  group fed by a Publisher: its speedup over serial vs the best stdlib pool's (target 0.9);
+  ``/publish1`` the same with ``topic.publish`` one at a time (report only).
 - ``_spark``: ``spark_source`` / ``spark_sink``, rows/s on ``local[2]`` (floor 100,000),
   skipped with a reason without pyspark, Java or the bridge's measurement;
   ``spark_source_redis`` (vs ``spark_source``, 1.0; ``/ceiling`` 0.5) and

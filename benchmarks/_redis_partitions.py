@@ -21,7 +21,7 @@ from typing import Any
 
 from runtime import Bus
 
-from ._cpu_scaling import _iterations_per_task, spin_delivery
+from ._cpu_scaling import iterations_per_task, spin_delivery
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
 from ._redis_pipeline import TIMEOUT, redis_url
@@ -50,7 +50,7 @@ def measure(profile: Profile) -> tuple[Comparison, ...]:
     (and vs one partition with two competing workers)."""
     count = profile.count(10_000, minimum=200)
     messages = payloads(count)
-    handler = partial(spin_delivery, _iterations_per_task(_HANDLER_SECONDS))
+    handler = partial(spin_delivery, iterations_per_task(_HANDLER_SECONDS))
     with redis_url() as url, Bus(redis=url) as bus:
         topics = []
         sides = {}

@@ -18,7 +18,7 @@ KERNEL_SCENARIOS = ("actor_tell", "actor_ask", "process_roundtrip", "process_bat
 RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "pipeline_tuned", "pipeline_pinned",
                      "fanout_cpu", "broadcast_fanout", "batching", "latency",
                      "memory_flow_control")
-REDIS_SCENARIOS = ("redis_pipeline",)
+REDIS_SCENARIOS = ("redis_pipeline", "redis_partitions", "redis_fanout_cpu")
 SPARK_SCENARIOS = ("spark_source", "spark_sink", "spark_source_redis", "spark_sink_redis")
 JSON_KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target"}
 NOT_YET = "runtime.spark measurement not available yet"
@@ -74,7 +74,7 @@ def test_spark_rows_are_skipped_with_a_reason_when_the_measurement_is_missing(
 def test_redis_pipeline_measures_against_the_raw_ceiling_or_says_why_not(tmp_path: Path) -> None:
     path = tmp_path / "b.json"
 
-    code = benchmarks.main(["--smoke", "--only", *REDIS_SCENARIOS, "--json", str(path)])
+    code = benchmarks.main(["--smoke", "--only", "redis_pipeline", "--json", str(path)])
 
     assert code == 0
     rows = json.loads(path.read_text(encoding="utf-8"))["results"]
@@ -85,6 +85,26 @@ def test_redis_pipeline_measures_against_the_raw_ceiling_or_says_why_not(tmp_pat
     assert {row["name"] for row in rows} <= {"redis_pipeline", "redis_pipeline/dramatiq"}
     for row in rows:
         assert row["value"] > 0 and row["baseline_value"] > 0, row
+
+
+@pytest.mark.timeout(120)
+def test_redis_fanout_cpu_measures_a_speedup_against_the_stdlib_pools_or_says_why_not(
+        tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+
+    code = benchmarks.main(["--smoke", "--only", "redis_fanout_cpu", "--json", str(path)])
+
+    assert code == 0
+    rows = json.loads(path.read_text(encoding="utf-8"))["results"]
+    if rows[0].get("skipped"):
+        assert rows[0]["name"] == "redis_fanout_cpu"
+        assert "redis" in rows[0]["skipped"].lower()
+        return
+    assert [(row["name"], row["unit"], row["target"]) for row in rows] == [
+        ("redis_fanout_cpu", "x", 0.9), ("redis_fanout_cpu/publish1", "x", None)]
+    for row in rows:
+        assert row["value"] > 0 and row["baseline_value"] > 0, row
+        assert row["ratio"] == pytest.approx(row["value"] / row["baseline_value"])
 
 
 def test_unknown_scenario_is_refused_with_exit_code_2(tmp_path: Path) -> None:

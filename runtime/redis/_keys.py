@@ -23,7 +23,8 @@ class TopicKeys:
     Attributes:
         stream: the messages (one stream entry per message; its id is the message id).
         groups: the set of balanced group names (each a consumer group of ``stream``).
-        readers: the set of broadcast readers attached now.
+        readers: the broadcast readers attached now, each with when it last read (server
+            milliseconds; a hash).
         stats: the topic's counters and the ``pending`` gauge (a hash).
         remaining: per message published to several groups, the groups still to settle.
         failed: per such message, the nacks recorded so far.

@@ -132,11 +132,10 @@ class Members:
         partitions = self._settings.partitions
         if group is None:
             if partitions > 1:
-                return AllPartitions(self._connection, self._topic, sid,
-                                     self._settings.dead_letter_limit, self._codec, self._clock,
-                                     partitions)
+                return AllPartitions(self._connection, self._topic, sid, self._settings,
+                                     self._codec, self._clock)
             return BroadcastReader(self._connection, self._keys, self._topic, sid,
-                                   self._settings.dead_letter_limit, self._codec, self._clock)
+                                   self._settings, self._codec, self._clock)
         if not isinstance(group, str) or not group:
             raise InvalidSettingsError("group", f"must be a non-empty str, got {group!r}")
         self._create_group(group)

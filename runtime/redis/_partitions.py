@@ -239,19 +239,17 @@ class AllPartitions:
     partition, read in turn.
 
     Args:
-        connection, topic, subscriber_id, dead_letter_limit, codec, clock: as for
-            `BroadcastReader`.
-        partitions: how many partitions the topic has.
+        connection, topic, subscriber_id, settings, codec, clock: as for
+            `BroadcastReader` (``settings.partitions`` readers).
     """
 
     def __init__(self, connection: Connection, topic: str, subscriber_id: int,
-                 dead_letter_limit: int | None, codec: Codec, clock: Callable[[], float],
-                 partitions: int) -> None:
+                 settings: TopicSettings, codec: Codec, clock: Callable[[], float]) -> None:
         self.subscriber_id = subscriber_id
         self._readers = [
             BroadcastReader(connection, TopicKeys.of(topic, p), topic, subscriber_id,
-                            dead_letter_limit, codec, clock, partition=p)
-            for p in range(partitions)]
+                            settings, codec, clock, partition=p)
+            for p in range(settings.partitions)]
         self._turn = 0
 
     def read(self, count: int, block: float | None) -> list[RedisDelivery[Any]]:
@@ -272,11 +270,11 @@ class AllPartitions:
         return order[-1].read(count, block / len(order))
 
     def expired(self, delivery: RedisDelivery[Any]) -> bool:
-        """A reader's deliveries have no deadline."""
-        return False
+        """Whether ``delivery``'s ack deadline passed while it waited in the batch."""
+        return self._readers[0].expired(delivery)
 
     def flush(self, *, due_only: bool = False) -> None:
-        """Nothing to send: a reader's acks stay local."""
+        """Nothing waits: a reader settles each delivery as it happens."""
 
     def detach(self) -> None:
         """Leave every partition's readers."""

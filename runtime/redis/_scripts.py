@@ -19,9 +19,9 @@ Encodings shared with Python (`runtime.redis._records`):
 from __future__ import annotations
 
 __all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE",
-           "DELETE_GROUP", "DRAIN", "HEARTBEAT", "LEASE", "PUBLISH", "READ_HELD", "RECLAIM",
-           "RELEASE", "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_RANGE", "TRIM",
-           "UNLEASE"]
+           "DELETE_GROUP", "DRAIN", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
+           "READER_REAP", "READER_SETTLE", "READER_TOUCH", "READ_HELD", "RECLAIM", "RELEASE",
+           "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_RANGE", "TRIM", "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -103,9 +103,11 @@ local stride = 4
 if plain then stride = 1 end
 local names = redis.call('SMEMBERS', groups)
 local ngroups = #names
-local nreaders = redis.call('SCARD', readers)
+-- A broadcast reader is a consumer group of its own, created at its attach (a
+-- step with its entry in `readers`), so it reads every entry added while it is there.
+local nreaders = redis.call('HLEN', readers)
 local pending = 0
-if max_pending > 0 and ngroups > 0 then
+if max_pending > 0 and ngroups + nreaders > 0 then
   pending = tonumber(redis.call('HGET', stats, 'pending') or '0')
   if pending >= max_pending then return {'full', pending} end
 end
@@ -144,13 +146,10 @@ for i = 0, n - 1 do
                     'a', ARGV[b + 3])
   end
   out[#out + 1] = id
-  if ngroups > 1 then redis.call('HSET', remaining, id, ngroups) end
+  -- Every group and every reader attached now settles it once.
+  if ngroups + nreaders > 1 then redis.call('HSET', remaining, id, ngroups + nreaders) end
 end
-if ngroups > 0 then
-  redis.call('HINCRBY', stats, 'pending', n)
-else
-  redis.call('HINCRBY', stats, 'delivered', n)
-end
+redis.call('HINCRBY', stats, 'pending', n)
 return out
 """
 
@@ -159,15 +158,23 @@ local group, consumer, sid = ARGV[1], ARGV[2], ARGV[3]
 local tmo, max_attempts, dead_limit = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 local to_ack = {}
+-- acks: a count, then (id, attempt) pairs
+local acks = tonumber(ARGV[7])
+-- This consumer's pending entries, looked up once for a batch of acks (it holds little
+-- more than what it acks); an id not among them is looked up alone.
+local held = {}
+if acks > 1 then
+  for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', acks + 256, consumer)) do
+    held[p[1]] = p
+  end
+end
 local function fence(id, attempt)
-  local p = redis.call('XPENDING', stream, group, id, id, 1)[1]
+  local p = held[id] or redis.call('XPENDING', stream, group, id, id, 1)[1]
   if not p then return 'gone' end
   if p[2] ~= consumer or p[4] ~= attempt then return 'taken' end
   if tmo > 0 and p[3] >= tmo then return 'late' end
   return 'ok'
 end
--- acks: a count, then (id, attempt) pairs
-local acks = tonumber(ARGV[7])
 for i = 0, acks - 1 do
   local id = ARGV[8 + i * 2]
   local state = fence(id, tonumber(ARGV[9 + i * 2]))
@@ -402,17 +409,143 @@ return id
 """
 
 ATTACH = """
-local stream, readers = KEYS[1], KEYS[2]
-redis.call('SADD', readers, ARGV[1])
-local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-if last[1] then return last[1][1] end
-return '0-0'
+-- A broadcast reader joins: its name in `readers` and a consumer group of its own at the
+-- stream's end, in one step, so a publish either comes before (and does not count it) or
+-- after (and counts it, and the reader reads it). ARGV[2] 'anew': attach only while the
+-- stream exists (a reader never brings a destroyed topic back); returns 0 then, else 1.
+local stream, readers, name = KEYS[1], KEYS[2], ARGV[1]
+if ARGV[2] == 'anew' and redis.call('EXISTS', stream) == 0 then return 0 end
+local t = redis.call('TIME')
+redis.call('HSET', readers, name, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('XGROUP', 'CREATE', stream, name, '$', 'MKSTREAM')
+redis.call('XGROUP', 'CREATECONSUMER', stream, name, name)
+return 1
 """
 
 DRAIN = """
 local entries = redis.call('XRANGE', KEYS[1], '-', '+')
 redis.call('DEL', KEYS[1])
 return entries
+"""
+
+_READERS = _SETTLING + """
+local readers = KEYS[7]
+-- Whether a stream entry is a message readers were counted for (a replay is for one group).
+local function counted(id)
+  local entry = redis.call('XRANGE', stream, id, id)
+  if #entry == 0 then return true end
+  local fields = entry[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'o' then return false end
+  end
+  return true
+end
+-- The reader `name` leaves: its share of every message it holds or has not read yet
+-- completes with a nack `reason` (the held ones dead-lettered with `bury_held`), counted
+-- under `counter`. Returns how many.
+local function drop_reader(name, reason, counter, bury_held, dead_limit)
+  redis.call('HDEL', readers, name)
+  local infos = redis.pcall('XINFO', 'GROUPS', stream)
+  if infos.err then return 0 end
+  local last = nil
+  for _, info in ipairs(infos) do
+    local found, at = false, nil
+    for i = 1, #info, 2 do
+      if info[i] == 'name' and info[i + 1] == name then found = true end
+      if info[i] == 'last-delivered-id' then at = info[i + 1] end
+    end
+    if found then last = at end
+  end
+  if last == nil then return 0 end
+  local sid = holder_sid(name)
+  local record = nack_record('subscriber:' .. sid, reason, '')
+  local count = 0
+  for _, p in ipairs(redis.call('XPENDING', stream, name, '-', '+', 1000000)) do
+    if counted(p[1]) then
+      if bury_held then bury(p[1], '', sid, reason, '', 1, '', '', dead_limit) end
+      complete(p[1], record)
+      count = count + 1
+    end
+  end
+  for _, e in ipairs(redis.call('XRANGE', stream, '(' .. last, '+')) do
+    local replay = false
+    for i = 1, #e[2], 2 do
+      if e[2][i] == 'o' then replay = true end
+    end
+    if not replay then
+      complete(e[1], record)
+      count = count + 1
+    end
+  end
+  redis.call('XGROUP', 'DESTROY', stream, name)
+  if count > 0 then redis.call('HINCRBY', stats, counter, count) end
+  return count
+end
+"""
+
+READER_SETTLE = _SETTLING + """
+local name, sid, dead_limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local id, kind, reason, err = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+-- The fence: an entry the reader no longer holds (timed out, the reader dropped) is not its.
+if redis.call('XACK', stream, name, id) == 0 then return 'taken' end
+if kind == 'a' then
+  complete(id, nil)
+else
+  redis.call('HINCRBY', stats, 'nacked', 1)
+  bury(id, '', sid, reason, err, 1, ARGV[8], ARGV[9], dead_limit)
+  complete(id, nack_record('subscriber:' .. sid, reason, err))
+end
+flush_acked()
+return 'ok'
+"""
+
+READER_DETACH = _READERS + """
+local count = drop_reader(ARGV[1], 'unsubscribed', 'nacked', false, 0)
+flush_acked()
+return count
+"""
+
+READER_TOUCH = """
+-- A reader says it reads now (when it still is one: a reader presumed gone stays gone).
+local t = redis.call('TIME')
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+return 1
+"""
+
+READER_REAP = _READERS + """
+-- Readers presumed gone (no read for the ack deadline) leave with their share `timeout`;
+-- a live reader's deliveries held past the deadline time out (dead-lettered, never
+-- redelivered: broadcast).
+local tmo, dead_limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local count = 0
+local seen = redis.call('HGETALL', readers)
+for i = 1, #seen, 2 do
+  local name, last = seen[i], tonumber(seen[i + 1])
+  if now - last >= tmo then
+    count = count + drop_reader(name, 'timeout', 'timed_out', true, dead_limit)
+  else
+    local sid = holder_sid(name)
+    local held = redis.pcall('XPENDING', stream, name, 'IDLE', tmo, '-', '+', 1000)
+    if held.err then
+      redis.call('HDEL', readers, name)
+    else
+      for _, p in ipairs(held) do
+        redis.call('XACK', stream, name, p[1])
+        if counted(p[1]) then
+          redis.call('HINCRBY', stats, 'timed_out', 1)
+          bury(p[1], '', sid, 'timeout', '', 1, '', '', dead_limit)
+          complete(p[1], nack_record('subscriber:' .. sid, 'timeout', ''))
+          count = count + 1
+        end
+      end
+    end
+  end
+end
+flush_acked()
+return count
 """
 
 # A Spark source reads a group through one consumer whose pending entries are its lease
@@ -579,7 +712,7 @@ for s = 8, #KEYS do
 end
 local names = redis.call('SMEMBERS', groups)
 local ngroups = #names
-local nreaders = redis.call('SCARD', readers)
+local nreaders = redis.call('HLEN', readers)
 local function add_dead(reason, err, b, f, k, a)
   local fields = {'m', '', 'g', '', 's', '-1', 'r', reason, 'e', err, 'n', '0', 'x', '', 't', '',
                   'b', b, 'f', f, 'k', k, 'a', a}
@@ -621,7 +754,7 @@ for s = 8, #KEYS do
           id = redis.call('XADD', stream, '*', 'b', values[i], 'f', values[i + 1],
                           'k', values[i + 2], 'a', values[i + 3])
         end
-        if ngroups > 1 then redis.call('HSET', remaining, id, ngroups) end
+        if ngroups + nreaders > 1 then redis.call('HSET', remaining, id, ngroups + nreaders) end
       end
     end
   end
@@ -632,13 +765,9 @@ if buried > 0 then
   redis.call('HINCRBY', stats, 'nacked', buried)
   redis.call('HINCRBY', stats, 'dead_lettered', buried)
 end
-if accepted > 0 then
-  if ngroups > 0 then
-    redis.call('HINCRBY', stats, 'pending', accepted)
-  else
-    redis.call('HINCRBY', stats, 'delivered', accepted)
-  end
-end
+-- every accepted message waits for its groups and readers (with none, all went to the
+-- dead letters above)
+if accepted > 0 then redis.call('HINCRBY', stats, 'pending', accepted) end
 -- Recorded in the same step as the entries: a commit retried after a lost reply finds
 -- it and publishes nothing again.
 redis.call('HSET', committed, name, published)

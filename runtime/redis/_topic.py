@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actors import ActorSystem
 from runtime.core._message import Message, parts_of
-from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, PublishReport
+from runtime.core._outcome import Nack, Outcome, PublishReport
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core._stats import TopicStats
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.core.subscribers._subscription import PullSubscription, Subscription
 from runtime.errors import TopicClosedError
+from runtime.redis._broadcast import Reaper
 from runtime.redis._connection import Connection
 from runtime.redis._dead_letters import RedisDeadLetters
 from runtime.redis._declare import declare
@@ -36,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _NO_SUBSCRIBERS = Outcome(acked=False, nacks=(Nack("none", "no_subscribers"),))
-_JOIN_POLL = (0.005, 0.1)  # `join` re-reads the pending gauge, backing off between
+_JOIN_POLL = (0.002, 0.01)  # `join` re-reads the pending gauge, backing off between (how
+# late it may return: one small read per period)
 _STATS = ("published", "delivered", "nacked", "timed_out", "dead_lettered", "throttled",
           "dropped", "lagged", "redelivered")
 
@@ -92,7 +94,8 @@ class RedisTopic(Generic[T]):
         self._publishers: list[Publisher] = []
         self._codec = codec
         self._path = Publishing(name, settings, connection, keys, codec, self._closing, clock)
-        self._watch = Watch(connection, keys, name, codec, settings.partitions)
+        self._reaper = Reaper(connection, self._parts, settings, clock)
+        self._watch = Watch(connection, keys, name, codec, self._reaper, settings.partitions)
         self._dead_letters = RedisDeadLetters(connection, keys, name, codec, self._watch,
                                               self._replayer, settings.partitions)
         self._members = Members(name, settings, connection, keys, codec, self.create_group,
@@ -130,8 +133,9 @@ class RedisTopic(Generic[T]):
         by ``timeout`` seconds).
 
         Returns:
-            The `PublishReport`; its ``outcome`` resolves once every group settled the
-            message, in whichever process (seen here within about 100 ms).
+            The `PublishReport`; its ``outcome`` resolves once every group and every
+            broadcast reader attached at publish settled the message, in whichever
+            process (seen here within about 100 ms).
 
         Raises:
             TopicClosedError: this handle is closed (also while waiting).
@@ -146,8 +150,6 @@ class RedisTopic(Generic[T]):
         outcome: Future[Outcome] = Future()
         if accepted.dead:
             outcome.set_result(_NO_SUBSCRIBERS)
-        elif not accepted.groups:
-            outcome.set_result(ACKED_OUTCOME)
         else:
             self._watch.expect(message_id, outcome)
         return PublishReport(message_id=message_id,
@@ -284,8 +286,10 @@ class RedisTopic(Generic[T]):
             return list(pipe.execute())
 
     def join(self, timeout: float | None = None) -> bool:
-        """Block until no message is pending in any group (read from Redis); False if
-        ``timeout`` passed first.
+        """Block until no message is pending for any group or broadcast reader (read
+        from Redis); False if ``timeout`` passed first.
+
+        While it waits it releases the share of readers presumed gone (`Reaper`).
 
         Raises:
             ValueError: ``timeout`` is not finite.
@@ -295,6 +299,7 @@ class RedisTopic(Generic[T]):
         deadline = None if timeout is None else self._clock() + timeout
         wait = _JOIN_POLL[0]
         while True:
+            self._reaper.due()
             pending = sum(int(value or 0) for value in
                           self._each("hget", lambda part: part.stats, "pending"))
             if pending <= 0:

@@ -4,9 +4,12 @@ messages live."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from runtime import Bus, Message, Nack
+import pytest
+
+from runtime import Bus, Message, Nack, Outcome
 
 
 def test_acked_message_resolves_its_outcome_and_counts_delivered(any_bus: Bus, topic_name: str) -> None:
@@ -192,3 +195,65 @@ def test_broadcast_subscriber_sees_what_is_published_while_subscribed(
 
     assert (delivery.message, delivery.group) == ("during", None)
     reader.unsubscribe()
+
+
+def test_outcome_and_join_wait_for_a_broadcast_subscriber_attached_at_publish(
+        any_bus: Bus, topic_name: str) -> None:
+    topic = any_bus.create_topic(topic_name)
+    reader = topic.subscription()
+    report = topic.publish("to the reader")
+
+    with pytest.raises(FutureTimeout):
+        report.outcome.result(timeout=0.5)  # a bounded wait: nobody settled it yet
+    assert topic.join(timeout=0.3) is False
+    assert (report.broadcast, topic.stats().pending) == (1, 1)
+    delivery = reader.receive(timeout=10)
+    delivery.ack()
+
+    assert report.outcome.result(timeout=10) == Outcome(acked=True, nacks=())
+    assert topic.join(timeout=10) is True
+    stats = topic.stats()
+    assert (stats.published, stats.delivered, stats.pending) == (1, 1, 0)
+    reader.unsubscribe()
+
+
+def test_outcome_waits_for_both_a_group_and_a_broadcast_subscriber(
+        any_bus: Bus, topic_name: str) -> None:
+    topic = any_bus.create_topic(topic_name)
+    member = topic.subscription(group="g")
+    reader = topic.subscription()
+    report = topic.publish("both")
+
+    member.receive(timeout=10).ack()
+    with pytest.raises(FutureTimeout):
+        report.outcome.result(timeout=0.5)  # the group settled, the reader not yet
+    assert topic.stats().pending == 1
+    reader.receive(timeout=10).nack("unreadable")
+
+    assert report.outcome.result(timeout=10).nacks == (
+        Nack(f"subscriber:{reader.id}", "nack", "unreadable"),)
+    assert topic.join(timeout=10) is True
+    [letter] = list(topic.dead_letters)
+    assert (letter.message, letter.group, letter.subscriber_id, letter.reason) == (
+        "both", None, reader.id, "nack")
+    stats = topic.stats()
+    assert (stats.delivered, stats.nacked, stats.dead_lettered, stats.pending) == (0, 1, 1, 0)
+    member.unsubscribe()
+    reader.unsubscribe()
+
+
+def test_unsubscribing_settles_what_a_broadcast_subscriber_did_not_read(
+        any_bus: Bus, topic_name: str) -> None:
+    topic = any_bus.create_topic(topic_name)
+    reader = topic.subscription()
+    reports = [topic.publish(i) for i in range(3)]
+    assert topic.stats().pending == 3
+
+    reader.unsubscribe()
+
+    unsubscribed = Outcome(acked=False, nacks=(Nack(f"subscriber:{reader.id}", "unsubscribed"),))
+    assert [r.outcome.result(timeout=10) for r in reports] == [unsubscribed] * 3
+    assert topic.join(timeout=10) is True
+    assert topic.stats().pending == 0
+    later = topic.publish("after")
+    assert later.outcome.result(timeout=10).nacks[0].reason == "no_subscribers"

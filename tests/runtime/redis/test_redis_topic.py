@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from runtime import Bus, Message
+from runtime import Bus, Message, Nack
 from runtime.errors import (
     BackendUnavailableError,
     InvalidSettingsError,
@@ -428,4 +428,131 @@ def test_a_remote_batch_into_a_full_redis_topic_fails_whole_at_its_timeout(
 
     assert all(isinstance(error, WouldBlock) for error in errors)
     assert topic.stats().pending == 1  # the batch took no slot
+
+
+def test_closing_a_readers_bus_settles_its_held_and_unread_share_unsubscribed(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as publishing, Bus(redis=redis_url) as reading:
+        topic = publishing.create_topic(topic_name, backend="redis")
+        reader = reading.create_topic(topic_name, backend="redis").subscription()
+        reports = [topic.publish(i) for i in range(3)]
+        held = reader.receive(timeout=10)
+
+        reading.close()
+
+        nack = Nack(f"subscriber:{reader.id}", "unsubscribed")
+        assert [r.outcome.result(timeout=10).nacks for r in reports] == [(nack,)] * 3
+        with pytest.raises(SettlementError):
+            held.ack()  # its reader left: the share was settled already
+        assert topic.join(timeout=10) is True
+        stats = topic.stats()
+        assert (stats.pending, stats.nacked, stats.delivered) == (0, 3, 0)
+        assert len(topic.dead_letters) == 0
+        topic.destroy()
+
+
+def test_reader_holding_a_delivery_past_the_deadline_times_out_and_is_fenced(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3)
+    slow = topic.subscription()
+    report = topic.publish("held too long")
+    held = slow.receive(timeout=10)
+
+    outcome = report.outcome.result(timeout=10)  # the watch's reaps time it out
+
+    assert outcome.nacks == (Nack(f"subscriber:{slow.id}", "timeout"),)
+    with pytest.raises(SettlementError):
+        held.ack()
+    [letter] = list(topic.dead_letters)
+    assert (letter.message, letter.reason, letter.group, letter.subscriber_id) == (
+        "held too long", "timeout", None, slow.id)
+    stats = topic.stats()
+    assert (stats.pending, stats.timed_out, stats.delivered) == (0, 1, 0)
+    topic.destroy()
+
+
+def test_a_flushed_script_cache_is_reloaded_without_losing_a_call(
+        redis_bus: Bus, redis_url: str, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis")
+    seen: list[Any] = []
+    done = threading.Event()
+
+    def handle(delivery: Any) -> None:
+        seen.append(delivery.message.data)
+        delivery.ack()
+        if len(seen) == 20:
+            done.set()
+
+    topic.subscribe(handle, group="g")
+    publisher = topic.publisher()
+    publisher.publish(b"before").result(timeout=10)
+    redis.Redis.from_url(redis_url).script_flush()
+
+    for i in range(19):
+        publisher.publish(b"%d" % i)
+    publisher.flush(10)
+
+    assert done.wait(10) is True
+    assert seen == [b"before", *(b"%d" % i for i in range(19))]
+    assert topic.join(timeout=10) is True
+    stats = topic.stats()
+    assert (stats.published, stats.delivered, stats.pending) == (20, 20, 0)
+    publisher.close()
+    topic.destroy()
+
+
+def test_reader_presumed_gone_reads_on_from_the_streams_end(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3)
+    reader = topic.subscription()
+    unread = topic.publish("while it did not read")
+    assert unread.outcome.result(timeout=10).nacks == (
+        Nack(f"subscriber:{reader.id}", "timeout"),)  # the watch's reap presumed it gone
+    missed = topic.publish("while it was gone")
+
+    with pytest.raises(TimeoutError):
+        reader.receive(timeout=0.2)  # attaches anew, from the stream's end
+    later = topic.publish("after it came back")
+    delivery = reader.receive(timeout=10)
+    delivery.ack()
+
+    assert missed.outcome.result(timeout=10).nacks[0].reason == "no_subscribers"
+    assert delivery.message == "after it came back"
+    assert later.outcome.result(timeout=10).acked is True
+    assert topic.join(timeout=10) is True
+    reader.unsubscribe()
+    topic.destroy()
+
+
+def test_a_reader_of_a_destroyed_topic_does_not_bring_its_keys_back(
+        redis_url: str, topic_name: str) -> None:
+    with Bus(redis=redis_url) as reading, Bus(redis=redis_url) as destroying:
+        reader = reading.create_topic(topic_name, backend="redis", ack_timeout=0.3
+                                      ).subscription()
+        destroying.create_topic(topic_name, backend="redis", ack_timeout=0.3).destroy()
+
+        with pytest.raises(redis.ResponseError):
+            reader.receive(timeout=1)
+
+        keys = TopicKeys.of(topic_name)
+        assert redis.Redis.from_url(redis_url).exists(*keys.all()) == 0
+
+
+def test_a_reader_of_every_partition_is_a_destination_of_each_publish(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", partitions=3)
+    reader = topic.subscription(prefetch=10)
+    reports = [topic.publish(f"m{i}", key=f"k{i}") for i in range(6)]
+    assert [r.broadcast for r in reports] == [1] * 6
+    assert topic.stats().pending == 6
+
+    seen = [reader.receive(timeout=10) for _ in range(6)]
+    for delivery in seen:
+        delivery.ack()
+
+    assert sorted(d.message for d in seen) == [f"m{i}" for i in range(6)]
+    assert all(r.outcome.result(timeout=10).acked for r in reports)
+    assert topic.join(timeout=10) is True
+    assert (topic.stats().pending, topic.stats().delivered) == (0, 6)
+    reader.unsubscribe()
     topic.destroy()

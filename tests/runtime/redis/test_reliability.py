@@ -14,7 +14,7 @@ from typing import Any
 import redis
 from support.redis_handlers import Recorder
 
-from runtime import Bus
+from runtime import Bus, Nack
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -100,7 +100,7 @@ def test_crash_on_the_last_attempt_is_dead_lettered_worker_crashed(
 
 _APPLICATION = textwrap.dedent("""
     import sys, threading
-    from runtime import Bus
+    from runtime import Bus, Nack
     url, name = sys.argv[1], sys.argv[2]
     bus = Bus(redis=url)
     topic = bus.create_topic(name, backend="redis", ack_timeout=1.0, max_delivery_attempts=11)
@@ -178,4 +178,42 @@ def test_redis_killed_with_aof_everysec_keeps_every_acknowledged_publish(durable
         assert handled[-1] == ids[-1]
         assert (stats.published, stats.delivered, stats.pending) == (500, 500, 0)
         assert topic.join(timeout=10) is True
+        topic.destroy()
+
+
+_READER = textwrap.dedent("""
+    import sys, threading
+    from runtime import Bus
+    url, name = sys.argv[1], sys.argv[2]
+    bus = Bus(redis=url)
+    reader = bus.create_topic(name, backend="redis", ack_timeout=1.0).subscription()
+    print("attached", reader.id, flush=True)
+    threading.Event().wait(60)
+""")
+
+
+def test_killed_broadcast_reader_stays_pending_then_its_share_times_out(
+        redis_url: str, topic_name: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with Bus(redis=redis_url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis", ack_timeout=1.0)
+        reader = subprocess.Popen([sys.executable, "-c", _READER, redis_url, topic_name],
+                                  env=env, stdout=subprocess.PIPE, text=True)
+        assert reader.stdout is not None
+        word, reader_id = reader.stdout.readline().split()
+        assert word == "attached"
+        report = topic.publish("for the reader")
+        pending_while_attached = topic.stats().pending
+
+        reader.send_signal(signal.SIGKILL)
+        reader.wait(timeout=10)
+
+        assert (report.broadcast, pending_while_attached) == (1, 1)
+        outcome = report.outcome.result(timeout=20)  # after its 1 s without a read
+        assert outcome.nacks == (Nack(f"subscriber:{reader_id}", "timeout"),)
+        assert topic.join(timeout=10) is True
+        stats = topic.stats()
+        assert (stats.pending, stats.timed_out, stats.delivered) == (0, 1, 0)
+        assert bus.topic(topic_name).publish("nobody").outcome.result(
+            timeout=10).nacks[0].reason == "no_subscribers"
         topic.destroy()

@@ -1,0 +1,78 @@
+"""CPU-bound work fanned out over a Redis topic's ``workers=2`` group (``redis_fanout_cpu``).
+
+The ``fanout_cpu`` measurement on a ``backend="redis"`` topic: messages go through a
+`Publisher` (default batching) to a group of two worker processes whose handler spins
+about 200 us per message and acks in Redis; a round ends when the Publisher flushed and
+``topic.join`` saw nothing pending. Its speedup over the same work run serially is
+compared with the best speedup of the standard library's pools in their best
+configuration (fork ``ProcessPoolExecutor(2).map`` and ``mp.Pool(2).imap_unordered``,
+given every message at once, chunks of 25), all in the same rounds. Target 0.9. The
+extra row ``redis_fanout_cpu/publish1`` publishes one message at a time
+(``topic.publish``, one Redis round trip each) against the same baseline; report only.
+The Redis is the one of ``redis_pipeline`` (``ACTORBUS_BENCH_REDIS``, or a redis-server
+of its own); without one the rows are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from runtime import Bus
+
+from ._cpu_scaling import fanout_messages, publish_each, speedups, spin_delivery, stdlib_sides
+from ._harness import Comparison, Profile, Scenario
+from ._measure import interleave
+from ._redis_pipeline import TIMEOUT, redis_url
+
+__all__ = ["SCENARIOS"]
+
+
+def _through_publisher(topic: Any, publisher: Any, messages: list[bytes]) -> float:
+    start = time.perf_counter()
+    publish = publisher.publish
+    for message in messages:
+        publish(message)
+    publisher.flush(TIMEOUT)
+    if not topic.join(TIMEOUT):
+        raise RuntimeError(f"{topic.name}: messages still pending")
+    return time.perf_counter() - start
+
+
+def _one_at_a_time(topic: Any, messages: list[bytes]) -> float:
+    start = time.perf_counter()
+    publish_each(topic, messages)
+    return time.perf_counter() - start
+
+
+def measure(profile: Profile) -> tuple[Comparison, ...]:
+    """Speedup over serial: a Redis topic's 2 workers vs the best stdlib pool."""
+    messages, iterations = fanout_messages(profile, 4_000)
+    with redis_url() as url, stdlib_sides(messages, iterations) as sides, \
+            Bus(redis=url) as bus:
+        topic: Any = bus.create_topic(f"bench-redis-fanout-{uuid.uuid4().hex[:8]}",
+                                      backend="redis")
+        try:
+            topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2,
+                            auto_ack=True)
+            publisher = topic.publisher()
+            sides["ours"] = partial(_through_publisher, topic, publisher, messages)
+            sides["publish1"] = partial(_one_at_a_time, topic, messages)
+            medians = interleave(sides, repeats=profile.repeats)
+            publisher.close()
+        finally:
+            topic.destroy()
+    one_at_a_time = speedups({**medians, "ours": medians["publish1"]})
+    return (speedups(medians),
+            replace(one_at_a_time, suffix="publish1", target=None,
+                    baseline="best stdlib pool speedup; ours with topic.publish one at a time"))
+
+
+SCENARIOS = (
+    Scenario(name="redis_fanout_cpu", unit="x",
+             baseline="best speedup of fork ProcessPoolExecutor/mp.Pool(2), ~200 us handler",
+             target=0.9, measure=measure),
+)
