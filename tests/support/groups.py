@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from runtime.core._envelope import KEY, Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
 from runtime.core.subscribers._gate import Gate
@@ -26,7 +28,6 @@ class FakeEndpoint:
     than split. Its load is its unsettled count.
     """
 
-    tranches = False
     handovers: int | None = None
 
     def __init__(self, key: int, window: int = 256, size: int | None = None,
@@ -37,8 +38,9 @@ class FakeEndpoint:
         self.whole = whole
         self.sizes: list[int] = []
 
-    def prepare(self, handover: Any) -> None:
-        pass
+    def hand_over(self, sink: Any, group: str, envelopes: Sequence[Any],
+                  attempts: list[int] | None) -> tuple[HandOver, list[Delivery[Any]]]:
+        return HandOver.of(sink, self.subscriber_id, group, envelopes, attempts)
 
     def push(self, handover: Any, deliveries: list[Any]) -> None:
         self.sizes.append(len(deliveries))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import count, repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from runtime.core._envelope import ATTRIBUTES, KEY, TOPIC, Envelope, message_id, message_of
@@ -67,6 +68,21 @@ class HandOver:
         # Seconds its worker process has been running it (-inf: not started yet), for a
         # hand-over to a process member; None: its deadline runs from the hand-over.
         self.started: Callable[[], float] | None = None
+
+    @classmethod
+    def of(
+        cls, sink: Sink | None, subscriber_id: int, group: str | None,
+        envelopes: Sequence[Envelope], attempts: Sequence[int] | None = None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """A hand-over of ``envelopes`` (with their ``attempts``; None: all first ones)
+        and its deliveries, all pending."""
+        handover = cls(sink, subscriber_id, group)
+        out: list[Delivery[Any]] = list(map(
+            Delivery, envelopes, repeat(handover), count(),
+            repeat(1) if attempts is None else attempts,
+        ))
+        handover.pending = dict(enumerate(out))
+        return handover, out
 
     def hold(self, pending: dict[int, Delivery[Any]]) -> None:
         """Make ``pending`` (index -> delivery, a worker's lease included) its unsettled

@@ -17,7 +17,7 @@ from typing import Any
 from runtime.core._envelope import Envelope
 from runtime.core.settlement._delivery import Delivery, HandOver, Sink
 
-__all__ = ["Tranche", "hand_over"]
+__all__ = ["Tranche"]
 
 
 class Tranche(HandOver):
@@ -35,18 +35,23 @@ class Tranche(HandOver):
         group: the balanced group.
         envelopes: the messages, in index order.
         attempts: each message's attempt number (None: all first attempts).
+        number: its place among its worker's hand-overs.
+        started: reports the seconds since the worker started it (its ack deadline
+            counts from then; ``-inf``: not started yet).
     """
 
     __slots__ = ("_built", "_lock", "_whole", "attempts", "envelopes", "number")
 
     def __init__(
         self, sink: Sink | None, subscriber_id: int, group: str | None,
-        envelopes: Sequence[Envelope], attempts: list[int] | None = None,
+        envelopes: Sequence[Envelope], attempts: list[int] | None = None, *,
+        number: int = 0, started: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(sink, subscriber_id, group)
         self.envelopes = envelopes
         self.attempts = attempts
-        self.number = 0  # its place among its worker's hand-overs (a process member's)
+        self.number = number
+        self.started = started
         self._whole: dict[int, bool] = {0: True}  # the token: popped once, atomically
         self._built: list[Delivery[Any]] = []
         self._lock = threading.Lock()  # lets a losing `unpack` wait for the builder
@@ -90,20 +95,3 @@ class Tranche(HandOver):
         """The deliveries nothing has claimed yet (building them if needed)."""
         self.unpack()
         return self.pending
-
-
-def hand_over(
-    sink: Sink | None, subscriber_id: int, group: str | None, envelopes: Sequence[Envelope],
-    attempts: list[int] | None, *, whole: bool,
-) -> tuple[HandOver, list[Delivery[Any]]]:
-    """A hand-over of ``envelopes``: a `Tranche` and no deliveries when ``whole``, else a
-    plain `HandOver` and its deliveries, all pending."""
-    if whole:
-        return Tranche(sink, subscriber_id, group, envelopes, attempts), []
-    handover = HandOver(sink, subscriber_id, group)
-    out: list[Delivery[Any]] = list(map(
-        Delivery, envelopes, repeat(handover), count(),
-        repeat(1) if attempts is None else attempts,
-    ))
-    handover.hold(dict(enumerate(out)))
-    return handover, out

@@ -92,9 +92,11 @@ class Gate:
             WouldBlock: the deadline passed first.
         """
         with self._lock:
-            if not self.closed and self.used >= self._limit(keyed):
-                deadline = self._bound(deadline)
-            while not self.closed and self.used >= self._limit(keyed):
+            bounded = False
+            while not self.closed and self.used >= self.capacity + (
+                    self.lent_keyed if keyed else self.lent):
+                if not bounded:
+                    deadline, bounded = self._bound(deadline), True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise WouldBlock(self._full())
@@ -157,7 +159,7 @@ class Gate:
             self.used -= count
             self.lent = max(self.lent - count, 0)
             self.lent_keyed = max(self.lent_keyed - count, 0)
-            if self._waiting and self.used < self._limit(False):
+            if self._waiting and self.used < self.capacity + self.lent:
                 self._changed.notify_all()
 
     def _limit(self, keyed: bool) -> int:

@@ -14,7 +14,6 @@ from runtime.core._envelope import SEQ, Envelope
 from runtime.core.settlement._claims import claim_all
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.settlement._tranche import hand_over
 from runtime.core.subscribers._arrivals import ARRIVED, Arrivals, Chunk, KeyMark
 from runtime.core.subscribers._gate import Gate
 from runtime.core.subscribers._group_mail import Credit, End, Endpoint, Join, Leave, Requeue
@@ -27,18 +26,8 @@ logger = logging.getLogger(__name__)
 # Mailbox messages a group handles at most before it dispatches, even while more wait.
 _MAX_DEFERRED = 16
 
-_MARK = itemgetter(1)  # of an arrived `Chunk`
+_LOAD = itemgetter(0)  # of a ready member's (load, member, room)
 _SEQ_OF = itemgetter(SEQ)
-
-
-def _keyed_room(member: Endpoint, free: int) -> int:
-    """Room for messages that wait for ``member`` alone (its keys): what it has free, and
-    for a worker process at least its next hand-over, within its prefetch. What waits
-    for a busy worker leaves as its next hand-over; held to the capacity, a worker's
-    keyed hand-overs stayed much smaller than its unkeyed ones."""
-    if member.handovers is None:
-        return free
-    return max(free, min(member.cap(), member.window))
 
 
 class GroupActor(Actor):
@@ -124,24 +113,30 @@ class GroupActor(Actor):
             return
         self._deferred = 0
         self._dispatch()
-        self._gate.lend(*self._free_room())
-        return
+        self._lend()
 
-    def _free_room(self) -> tuple[int, int]:
-        """What the members can take at once: in all (for unkeyed messages), and the
-        least any one can take of its keys (a keyed message goes to one member:
-        `_keyed_room`)."""
-        if self._ended is not None or not self._members:
-            return 0, 0
-        rooms = list(map(self._free, self._members))
-        return sum(rooms), min(map(_keyed_room, self._members, rooms))
-
-    def _free(self, member: Endpoint) -> int:
-        left = member.window - self._unsettled[member.key]
-        limit = member.handovers
-        if limit is not None:
-            left = min(left, (limit - self._inflight[member.key]) * member.cap())
-        return max(left, 0)
+    def _lend(self) -> None:
+        """Lend the gate what the members can take at once: in all (for unkeyed
+        messages), and the least any one can take of its keys (a keyed message goes to
+        one member). A worker process's keyed room is at least its next hand-over,
+        within its prefetch: what waits for a busy worker leaves as its next hand-over
+        (held to the capacity, a worker's keyed hand-overs stayed much smaller than its
+        unkeyed ones)."""
+        room, least = 0, -1
+        if self._ended is None:
+            unsettled, inflight = self._unsettled, self._inflight
+            for member in self._members:
+                free = member.window - unsettled[member.key]
+                limit = member.handovers
+                if limit is None:
+                    free = keyed = max(free, 0)
+                else:
+                    cap = member.cap()
+                    free = max(min(free, (limit - inflight[member.key]) * cap), 0)
+                    keyed = max(free, min(cap, member.window))
+                room += free
+                least = keyed if least < 0 else min(least, keyed)
+        self._gate.lend(room, max(least, 0))
 
     def _join(self, endpoint: Endpoint) -> None:
         self._members.append(endpoint)
@@ -178,50 +173,59 @@ class GroupActor(Actor):
             items, reason,
             lambda e, attempt: Delivery.settled(e, -1, name, attempt - 1, reason, error))
 
-    def _room(self, member: Endpoint) -> int:
-        """How many deliveries ``member`` may take in one hand-over now."""
-        limit = member.handovers
-        if limit is not None and self._inflight[member.key] >= limit:
-            return 0
-        return min(member.window - self._unsettled[member.key], member.cap())
-
     def _dispatch(self) -> None:
-        members = self._members
+        """Hand members with room their keyed messages and shares of the unkeyed ones,
+        until nothing waits or nobody has room.
+
+        Unkeyed messages go to the least loaded members first (their unsettled
+        deliveries, less what a worker did of its running hand-over; equal loads keep
+        the rotating turn, as the sort is stable). When every ready member prefers them
+        whole (cheap handlers), the first takes them all. Else each is topped up toward
+        an equal load across all members, so a member that answers first does not take
+        what its busy peers will take next; the first always gets at least one, so a
+        message never waits while a member has room.
+        """
+        members, unsettled, inflight = self._members, self._unsettled, self._inflight
         while members and self._ended is None:
-            unkeyed = len(self._queue) + len(self._retries)
-            if not unkeyed and not any(self._buckets.values()):
-                return
-            rooms = {m.key: self._room(m) for m in members}
-            ready = [m for m in members if rooms[m.key] > 0]
+            unkeyed = self._queue.size + len(self._retries)
+            if not unkeyed:
+                for bucket in self._buckets.values():
+                    if bucket.size:
+                        break
+                else:
+                    return
+            ready: list[tuple[int, Endpoint, int]] = []  # (load, member, room)
+            total = 0
+            for member in members:
+                load = member.left(unsettled[member.key])
+                total += load
+                limit = member.handovers
+                if limit is not None and inflight[member.key] >= limit:
+                    continue
+                room = min(member.window - unsettled[member.key], member.cap())
+                if room > 0:
+                    ready.append((load, member, room))
             if not ready:
                 return
             self._turn += 1
             turn = self._turn % len(ready)
             ready = ready[turn:] + ready[:turn]
-            unsettled = self._unsettled  # less what workers did of their running hand-overs
-            loads = {m.key: m.left(unsettled[m.key]) for m in members}
-            ready.sort(key=lambda m: loads[m.key])  # stable: equal loads keep the turn
-            shares = self._shares(ready, unkeyed, loads)
-            sent = 0
-            for member, share in zip(ready, shares, strict=True):
-                sent += self._send(member, rooms[member.key], share)
+            ready.sort(key=_LOAD)
+            whole = True
+            for _, member, _ in ready:
+                if not member.prefers_whole(unkeyed):
+                    whole = False
+                    break
+            target = -(-(total + unkeyed) // len(members))
+            sent, least = 0, 1  # the first member's share is at least one
+            for load, member, room in ready:
+                if whole:
+                    share, unkeyed = unkeyed, 0
+                else:
+                    share, least = max(target - load, least), 0
+                sent += self._send(member, room, share)
             if not sent:
                 return
-
-    def _shares(self, ready: list[Endpoint], unkeyed: int, loads: dict[int, int]) -> list[int]:
-        """Unkeyed messages for each ready member (least loaded first: ``loads``).
-
-        When every one prefers them whole (cheap handlers), the first takes them all.
-        Else each is topped up toward an equal load across all members, so a member that
-        answers first does not take what its busy peers will take next; the first always
-        gets at least one, so a message never waits while a member has room.
-        """
-        if all(m.prefers_whole(unkeyed) for m in ready):
-            return [unkeyed] + [0] * (len(ready) - 1)
-        target = -(-(sum(loads.values()) + unkeyed) // len(self._members))
-        shares = [max(target - loads[m.key], 0) for m in ready]
-        shares[0] = max(shares[0], 1)
-        return shares
 
     def _send(self, member: Endpoint, room: int, share: int) -> int:
         """Hand ``member`` its keyed messages and up to ``share`` unkeyed ones, at most
@@ -231,11 +235,7 @@ class GroupActor(Actor):
         if not envelopes:
             return 0
         self._gate.hand_on(len(envelopes))
-        handover, out = hand_over(  # a worker's is one record until something fails
-            self._tracker, member.subscriber_id, self._name, envelopes, attempts,
-            whole=member.tranches,
-        )
-        member.prepare(handover)
+        handover, out = member.hand_over(self._tracker, self._name, envelopes, attempts)
         if not self._ledger.register(handover):
             self._ledger.settle(claim_all(handover, "closed"))
             return len(envelopes)
@@ -258,8 +258,11 @@ class GroupActor(Actor):
         chunk by chunk, so only that key's own chunk is refused (with fewer than two
         members nothing is hashed or checked).
         """
-        chunks = [chunk for chunk, _ in arrived]
-        marks = list(map(_MARK, arrived))
+        chunks: list[Sequence[Envelope]] = []
+        marks: list[KeyMark] = []
+        for chunk, mark in arrived:
+            chunks.append(chunk)
+            marks.append(mark)
         keyed = marks.count(False) != len(marks)
         burst = len(chunks) > 1 and Block not in map(type, chunks)
         if burst and not keyed:

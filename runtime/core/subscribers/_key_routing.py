@@ -22,20 +22,17 @@ class Fifo:
     lists): queuing a chunk and taking a hand-over touch no message of their own, and a
     hand-over of blocks leaves as one block (`join_envelopes`). Pieces are never changed
     (the topic shares a chunk between its groups): a partly taken one is read from an
-    offset."""
+    offset. ``size`` is how many it holds."""
 
-    __slots__ = ("_count", "_head", "_pieces")
+    __slots__ = ("_head", "_pieces", "size")
 
     def __init__(self) -> None:
         self._pieces: deque[Sequence[Envelope]] = deque()
         self._head = 0  # of the first piece, how many were taken
-        self._count = 0
+        self.size = 0
 
     def __len__(self) -> int:
-        return self._count
-
-    def __bool__(self) -> bool:
-        return self._count > 0
+        return self.size
 
     def __iter__(self) -> Iterator[Envelope]:
         pieces = iter(self._pieces)
@@ -46,7 +43,7 @@ class Fifo:
         """Queue ``envelopes`` (a sequence nobody changes any more) behind the rest."""
         if envelopes:
             self._pieces.append(envelopes)
-            self._count += len(envelopes)
+            self.size += len(envelopes)
 
     def pieces(self) -> list[Sequence[Envelope]]:
         """The queued pieces in order, the first from where taking stopped."""
@@ -57,17 +54,18 @@ class Fifo:
 
     def clear(self) -> None:
         self._pieces.clear()
-        self._head = self._count = 0
+        self._head = self.size = 0
 
     def take(self, count: int) -> Sequence[Envelope]:
         """Dequeue up to ``count`` from the front, as one sequence."""
         pieces, head = self._pieces, self._head
-        if count >= self._count and not head:  # all of it (most hand-overs): in C
+        if count >= self.size and not head:  # all of it (most hand-overs): in C
             taken: list[Sequence[Envelope]] = list(pieces)
-            self.clear()
+            pieces.clear()
+            self.size = 0
             return join_envelopes(taken) if taken else []
-        need = min(count, self._count)
-        self._count -= need
+        need = min(count, self.size)
+        self.size -= need
         taken = []
         while need:
             piece = pieces[0]
@@ -222,7 +220,7 @@ def take_share(
     """Dequeue a member's keyed messages (its ``bucket``), then ``retries`` and unkeyed
     ones from ``queue`` up to ``share`` more, at most ``room`` in all; returns them and
     their attempts (None: all first ones)."""
-    pieces = [bucket.take(room)] if bucket else []
+    pieces = [bucket.take(room)] if bucket is not None and bucket.size else []
     taken = len(pieces[0]) if pieces else 0
     limit = min(room, taken + share)
     attempts: list[int] | None = None
@@ -235,7 +233,7 @@ def take_share(
             attempts.append(attempt)
             taken += 1
         pieces.append(retried)
-    if queue and taken < limit:
+    if queue.size and taken < limit:
         unkeyed = queue.take(limit - taken)
         pieces.append(unkeyed)
         if attempts is not None:

@@ -17,7 +17,7 @@ from typing import Any, cast
 from actors import Ref
 from actors.errors import ActorError, WorkerCrashedError
 from runtime.core._envelope import TOPIC, Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink
 from runtime.core.settlement._tranche import Tranche
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._progress import Progress
@@ -85,7 +85,6 @@ class ProcessEndpoint:
     """
 
     handovers: int | None = PROCESS_HANDOVERS
-    tranches = True
 
     def __init__(
         self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref, *,
@@ -139,12 +138,15 @@ class ProcessEndpoint:
         cost = self._cost
         return cost is not None and cost * count < SPLIT_WORTH
 
-    def prepare(self, handover: HandOver) -> None:
-        """Number ``handover`` for the worker, before the ledger gives it a deadline: the
-        deadline stays off until the worker reports that it started it."""
+    def hand_over(
+        self, sink: Sink, group: str, envelopes: Sequence[Envelope], attempts: list[int] | None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """A `Tranche` of ``envelopes``, numbered for the worker before the ledger gives
+        it a deadline: the deadline stays off until the worker reports that it started
+        it. No deliveries: the tranche builds them only if something fails."""
         number = self._progress.next_number(self._slot)
-        cast(Tranche, handover).run_by_worker(
-            number, partial(self._progress.running_for, self._slot, number))
+        return Tranche(sink, self.subscriber_id, group, envelopes, attempts, number=number,
+                       started=partial(self._progress.running_for, self._slot, number)), []
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the tranche (``handover``; ``deliveries`` is empty);
@@ -171,7 +173,7 @@ class ProcessEndpoint:
         if not self._running:
             self._since = time.monotonic()
         self._running.append(tranche)  # only the answer callbacks remove (one I/O thread)
-        future.add_done_callback(self._answered(tranche, batch))
+        future.add_done_callback(partial(self._answered, tranche, batch))
 
     def _send_each(self, tranche: Tranche, batch: WorkBatch) -> None:
         """Send ``tranche`` again with each payload pickled alone; the ones that do not
@@ -188,31 +190,29 @@ class ProcessEndpoint:
             return
         self._send(tranche, each)
 
-    def _answered(self, tranche: Tranche, batch: WorkBatch) -> Callable[[Future[Any]], None]:
-        def done(future: Future[Any]) -> None:
-            running = self._running
-            if tranche in running:
-                running.remove(tranche)
-            if running:
-                self._since = time.monotonic()
-            error = future.exception()
-            if error is not None:
-                self._failed(tranche, batch, error)
-                return
-            elapsed, reply = future.result()
-            size = len(tranche.envelopes)
-            per_message = elapsed / size
-            cost = self._cost
-            self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
-            if type(reply) is not int:
-                self._finish(_claim_settled(tranche.unpack(), reply), size)
-            elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
-                self._tracker.tell(tranche)
-                self._group.tell(Credit(self.key, size, 1))
-            else:  # a deadline, the close sweep or a failed payload took some
-                self._finish(_claim_acked(tranche.unpack()), size)
-
-        return done
+    def _answered(self, tranche: Tranche, batch: WorkBatch, future: Future[Any]) -> None:
+        """Settle from the worker's answer to ``batch`` (in the I/O thread)."""
+        running = self._running
+        if tranche in running:
+            running.remove(tranche)
+        if running:
+            self._since = time.monotonic()
+        error = future.exception()
+        if error is not None:
+            self._failed(tranche, batch, error)
+            return
+        elapsed, reply = future.result()
+        size = len(tranche.envelopes)
+        per_message = elapsed / size
+        cost = self._cost
+        self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
+        if type(reply) is not int:
+            self._finish(_claim_settled(tranche.unpack(), reply), size)
+        elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
+            self._tracker.tell(tranche)
+            self._group.tell(Credit(self.key, size, 1))
+        else:  # a deadline, the close sweep or a failed payload took some
+            self._finish(_claim_acked(tranche.unpack()), size)
 
     def _failed(self, tranche: Tranche, batch: WorkBatch, error: BaseException) -> None:
         """The ask for ``batch`` failed: the worker died, or the batch did not load there."""
@@ -224,7 +224,8 @@ class ProcessEndpoint:
             logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
             self._fail(tranche, "worker_crashed", str(error))
         else:  # it did not unpickle whole in the worker, which ran none of it
-            self.prepare(tranche)  # a new number: it goes behind what the worker holds
+            number = self._progress.next_number(self._slot)  # behind what the worker holds
+            tranche.run_by_worker(number, partial(self._progress.running_for, self._slot, number))
             self._send_each(tranche, replace(batch, number=tranche.number))
 
     def _crashed(self, tranche: Tranche, number: int, error: str) -> None:
