@@ -40,25 +40,21 @@ def send_frame(conn: Connection, data: bytes, stall_timeout: float) -> None:
     """
     size = len(data)
     header = struct.pack("!i", size) if size <= _SHORT_LIMIT else struct.pack("!iQ", -1, size)
+    views = [memoryview(header), memoryview(data)]
     sock = socket.socket(fileno=conn.fileno())  # borrows the descriptor: detached below
     try:
-        _send_all(sock, [memoryview(header), memoryview(data)], stall_timeout)
+        while views:  # a partial send drops what went out
+            try:
+                sent = sock.sendmsg(views, (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                _wait_for_room(sock, stall_timeout)
+                continue
+            while views and sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            if sent:
+                views[0] = views[0][sent:]
     finally:
         sock.detach()
-
-
-def _send_all(sock: socket.socket, views: list[memoryview], stall_timeout: float) -> None:
-    """Send every byte of ``views``, in order; a partial send drops what went out."""
-    while views:
-        try:
-            sent = sock.sendmsg(views, (), socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            _wait_for_room(sock, stall_timeout)
-            continue
-        while views and sent >= len(views[0]):
-            sent -= len(views.pop(0))
-        if sent:
-            views[0] = views[0][sent:]
 
 
 def _wait_for_room(sock: socket.socket, stall_timeout: float) -> None:

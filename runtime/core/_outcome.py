@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = [
-    "ACKED_OUTCOME", "Nack", "Outcome", "OutcomeTrack", "PublishReport", "count_down", "new_report",
+    "ACKED_OUTCOME", "Nack", "Outcome", "OutcomeTrack", "PublishReport", "new_report",
 ]
 
 
@@ -99,33 +97,3 @@ class OutcomeTrack:
     def outcome(self) -> Outcome:
         """The outcome once every destination settled: acked, or the nacks."""
         return Outcome(acked=False, nacks=tuple(self.nacks)) if self.nacks else ACKED_OUTCOME
-
-
-def count_down(
-    tracks: dict[int, OutcomeTrack], seqs: Iterable[int],
-    complete: Callable[[int, OutcomeTrack, list[Any]], None], effects: list[Any],
-    acked: list[Future[Outcome]],
-) -> int:
-    """One ack for each message of ``seqs`` (the tracker's books: ``tracks``, under their
-    lock); returns how many are now complete and acked without ``complete``.
-
-    A message with no track had one destination and no future. The last ack of one that
-    no destination nacked completes it here, its future collected in ``acked`` to be
-    resolved after the lock; the others go through ``complete``: the common case (every
-    destination acked) costs one dict lookup and no call per message.
-    """
-    completed = 0
-    for seq in seqs:
-        track = tracks.get(seq)
-        if track is None:
-            completed += 1
-        elif track.remaining == 1 and track.nacks is None:
-            del tracks[seq]
-            completed += 1
-            if track.future is not None:
-                acked.append(track.future)
-        else:
-            track.remaining -= 1
-            if track.remaining == 0:
-                complete(seq, track, effects)
-    return completed

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.core._block import Block, Runs, any_keyed, ids_of, keys_of
-from runtime.core._envelope import Envelope
+from runtime.core._envelope import KEY, Envelope
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, checked_attributes, parts_of
 from runtime.core._outcome import Outcome, PublishReport, new_report
@@ -21,6 +21,7 @@ from runtime.core.settlement._ledger import Ledger
 from runtime.core.subscribers._arrivals import KeyMark
 from runtime.core.subscribers._gate import GroupHandle
 from runtime.core.subscribers._ring import Ring
+from runtime.core.subscribers._subscribers import Subscribers
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 __all__ = ["Oversized", "PartlyPublished", "PublishPath", "check_keys"]
@@ -74,19 +75,19 @@ class PublishPath:
         settings: the topic's settings.
         ledger: the topic's books.
         ring: the topic's broadcast ring.
-        groups: returns a snapshot of the balanced groups.
+        subscribers: the topic's subscribers (``handles``: the balanced groups).
         sleep: the throttle's sleep (injectable for tests).
     """
 
     def __init__(
         self, *, topic: str, settings: TopicSettings, ledger: Ledger, ring: Ring,
-        groups: Callable[[], list[GroupHandle]], sleep: Callable[[float], Any],
+        subscribers: Subscribers, sleep: Callable[[float], Any],
     ) -> None:
         self._topic = topic
         self._settings = settings
         self._ledger = ledger
         self._ring = ring
-        self._groups = groups
+        self._subscribers = subscribers
         self._sleep = sleep
         self._next_seq = 1  # the next message's number; taken under the lock
         self._seq_lock = threading.Lock()
@@ -179,7 +180,8 @@ class PublishPath:
         seq = self._take_seqs(1)
         envelope: Envelope = (seq, None, message, key or None, attributes, self._topic, None)
         future: Future[Outcome] = MessageFuture()
-        balanced, broadcast = self.fan_out((envelope,), [future], slotted, deadline)
+        balanced, broadcast = self.fan_out((envelope,), (envelope[KEY],), [future], slotted,
+                                           deadline)
         return new_report(str(seq), balanced, broadcast, future)
 
     def refuse(self, message: Message, reason: str, error: str | None) -> None:
@@ -244,7 +246,7 @@ class PublishPath:
         one reservation, one arrival and one sort by key where a chunk of 128 made eight.
         A stuck group lends nothing, so what runs ahead of it is bounded as before.
         """
-        chunk, groups = self.chunk, self._groups()
+        chunk, groups = self.chunk, self._subscribers.handles
         if not groups or self._ring.subscriber_count:
             return chunk
         least = MAX_CHUNK
@@ -271,7 +273,8 @@ class PublishPath:
             try:
                 if max_pending is not None:
                     count = self._ledger.take_slots(count, max_pending)
-                self.fan_out(envelopes[start:start + count], None, max_pending is not None, None)
+                chunk = envelopes[start:start + count]
+                self.fan_out(chunk, keys_of(chunk), None, max_pending is not None, None)
             except Oversized:
                 fitted = True  # nothing was taken: again, in chunks that fit the ring
                 continue
@@ -284,24 +287,23 @@ class PublishPath:
         """`_publish_chunks` one message at a time, each through the throttle."""
         for index, envelope in enumerate(envelopes):
             try:
-                self.fan_out((envelope,), None, self.admit(None), None)
+                self.fan_out((envelope,), (envelope[KEY],), None, self.admit(None), None)
             except (WouldBlock, TopicClosedError) as exc:
                 return index, exc
         return len(envelopes), None
 
     def fan_out(
-        self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None,
-        slotted: bool, deadline: float | None,
+        self, envelopes: Sequence[Envelope], keys: Sequence[str | None],
+        futures: list[Future[Outcome]] | None, slotted: bool, deadline: float | None,
     ) -> tuple[dict[str, str], int]:
-        """Steps 5-8 for up to a chunk of messages: room in every group (and the ring),
-        the books, the hand-off; returns (balanced, broadcast).
+        """Steps 5-8 for up to a chunk of messages (``keys``: theirs, in order): room in
+        every group (and the ring), the books, the hand-off; returns (balanced, broadcast).
 
         While no broadcast subscriber reads the ring (the usual case) the ring's lock is
         not taken: a subscriber that joins meanwhile starts after these messages, as if
         it had joined just after the publish.
         """
-        groups = self._groups()
-        keys = keys_of(envelopes)
+        groups = self._subscribers.handles
         # A keyed message can go to one member only (stricter room; the group routes it).
         keyed = keys.count(None) != len(keys)
         admitted = self._take_room(groups, len(envelopes), keyed, slotted, deadline)

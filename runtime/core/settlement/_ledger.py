@@ -13,13 +13,14 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from operator import itemgetter
 from typing import Any
 
-from runtime.core._block import seqs_of
+from runtime.core._block import Block, seqs_of
 from runtime.core._envelope import SEQ, Envelope
-from runtime.core._future import resolve, resolve_all
-from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack, count_down
+from runtime.core._future import resolve
+from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._claims import all_acked, claim_all, handovers_of
 from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
@@ -35,6 +36,7 @@ RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
 _COUNTED = frozenset({"dropped", "lagged"})  # reasons with counters of their own
 
 Effect = Callable[[], Any]
+_SEQ_OF = itemgetter(SEQ)
 
 
 class Ledger:
@@ -254,21 +256,48 @@ class Ledger:
         run_effects(effects)
 
     def settle_whole(self, tranche: Tranche) -> None:
-        """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""
+        """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won).
+
+        One ack for each of its messages: a message with no track had one destination
+        and no future. The last ack of one that no destination nacked completes it here,
+        its future resolved after the lock; the others go through `_complete`. The
+        common case (every destination acked) costs one dict lookup and no call per
+        message.
+        """
         effects: list[Effect] = []
         acked: list[Future[Outcome]] = []
+        envelopes = tranche.envelopes
         with self._lock:
             if tranche.untrack(settled_only=False):
                 del self._live[tranche.id]
-            completed = len(tranche.envelopes)
-            if self._tracks:  # per-message outcomes to complete: a dict lookup each
-                completed = count_down(
-                    self._tracks, seqs_of(tranche.envelopes), self._complete, effects, acked)
+            completed = len(envelopes)
+            tracks = self._tracks
+            if tracks:
+                completed = 0
+                for seq in (envelopes.seqs if type(envelopes) is Block
+                            else map(_SEQ_OF, envelopes)):
+                    track = tracks.get(seq)
+                    if track is None:
+                        completed += 1
+                    elif track.remaining == 1 and track.nacks is None:
+                        del tracks[seq]
+                        completed += 1
+                        if track.future is not None:
+                            acked.append(track.future)
+                    else:
+                        track.remaining -= 1
+                        if track.remaining == 0:
+                            self._complete(seq, track, effects)
             self.pending -= completed
             self._counters.delivered += completed
             self._changed.notify_all()
-        resolve_all(acked, [ACKED_OUTCOME] * len(acked))  # first: it raises nothing
-        run_effects(effects)
+        for future in acked:  # first: it raises nothing
+            try:
+                future.set_result(ACKED_OUTCOME)
+            except InvalidStateError:  # done already (a caller's plain Future, cancelled)
+                pass
+        for effect in effects:
+            effect()
 
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""

@@ -130,7 +130,7 @@ class Gate:
         with self._lock:
             if self.closed:
                 return -1
-            room = self._limit(keyed) - self.used
+            room = self.capacity + (self.lent_keyed if keyed else self.lent) - self.used
             taken = max(0, min(count, room))
             self.used += taken
             return taken
@@ -146,7 +146,7 @@ class Gate:
         thread for nothing)."""
         with self._lock:
             self.used -= count
-            if self._waiting and self.used < self._limit(False):
+            if self._waiting and self.used < self.capacity + self.lent:
                 self._changed.notify_all()
 
     def hand_on(self, count: int) -> None:
@@ -162,13 +162,10 @@ class Gate:
             if self._waiting and self.used < self.capacity + self.lent:
                 self._changed.notify_all()
 
-    def _limit(self, keyed: bool) -> int:
-        return self.capacity + (self.lent_keyed if keyed else self.lent)
-
     def free(self, keyed: bool) -> int:
         """Room a publish could take now without waiting (read without the lock: an
         estimate, for sizing a chunk; `acquire` decides)."""
-        return max(0, self._limit(keyed) - self.used)
+        return max(0, self.capacity + (self.lent_keyed if keyed else self.lent) - self.used)
 
     def full(self) -> bool:
         """True while a publish would wait: of keyed messages, or of unkeyed ones (a

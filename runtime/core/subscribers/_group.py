@@ -79,41 +79,43 @@ class GroupActor(Actor):
         failure's text (in-flight deliveries settle as usual).
         """
         try:
-            self._receive(message)
+            if message is ARRIVED:
+                self._accept_arrivals(self._arrivals.take())
+            elif type(message) is Credit:
+                if message.key in self._unsettled:  # else it left: its books went with it
+                    self._unsettled[message.key] -= message.count
+                    self._inflight[message.key] -= message.handovers
+            elif isinstance(message, Requeue):
+                self._requeue(message.items)
+            elif isinstance(message, Join):
+                self._join(message.endpoint)
+            elif isinstance(message, Leave):
+                self._leave(message.key)
+            elif isinstance(message, End):
+                self._end(message.reason)
+                return None
+            if self._deferred < _MAX_DEFERRED and not self.actor_inbox.empty():
+                # More mail is waiting (chunks, credit): let it accumulate and dispatch
+                # after it, in fewer, larger hand-overs. The last message of a burst
+                # always dispatches, so nothing waits once the mailbox is empty.
+                self._deferred += 1
+                return None
+            self._deferred = 0
+            self._dispatch()
+            self._lend()
         except Exception as exc:
-            logger.error("balanced group %r of topic %r failed; it now dead-letters what it "
-                         "gets", self._name, self._topic, exc_info=True)
-            error = f"group {self._name!r} failed: {type(exc).__qualname__}: {exc}"
-            stranded, self._stranded = self._stranded, []
-            self._end("dropped", error)
-            self._settle([(e, 1) for e in stranded], "dropped", error)
+            self._fail(exc)
         return None
 
-    def _receive(self, message: Any) -> None:
-        if message is ARRIVED:
-            self._accept_arrivals(self._arrivals.take())
-        elif type(message) is Credit:
-            if message.key in self._unsettled:  # else it left: its books went with it
-                self._unsettled[message.key] -= message.count
-                self._inflight[message.key] -= message.handovers
-        elif isinstance(message, Requeue):
-            self._requeue(message.items)
-        elif isinstance(message, Join):
-            self._join(message.endpoint)
-        elif isinstance(message, Leave):
-            self._leave(message.key)
-        elif isinstance(message, End):
-            self._end(message.reason)
-            return
-        if self._deferred < _MAX_DEFERRED and not self.actor_inbox.empty():
-            # More mail is waiting (chunks, credit): let it accumulate and dispatch after
-            # it, in fewer, larger hand-overs. The last message of a burst always
-            # dispatches, so nothing waits once the mailbox is empty.
-            self._deferred += 1
-            return
-        self._deferred = 0
-        self._dispatch()
-        self._lend()
+    def _fail(self, exc: Exception) -> None:
+        """End the group after a failure of its own: dead-letter what waits (and what a
+        failed acceptance held) ``dropped`` with the failure's text."""
+        logger.error("balanced group %r of topic %r failed; it now dead-letters what it "
+                     "gets", self._name, self._topic, exc_info=exc)
+        error = f"group {self._name!r} failed: {type(exc).__qualname__}: {exc}"
+        stranded, self._stranded = self._stranded, []
+        self._end("dropped", error)
+        self._settle([(e, 1) for e in stranded], "dropped", error)
 
     def _lend(self) -> None:
         """Lend the gate what the members can take at once: in all (for unkeyed

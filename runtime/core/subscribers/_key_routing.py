@@ -63,6 +63,8 @@ class Fifo:
             taken: list[Sequence[Envelope]] = list(pieces)
             pieces.clear()
             self.size = 0
+            if len(taken) == 1:  # most hand-overs: one piece, nothing to join
+                return taken[0]
             return join_envelopes(taken) if taken else []
         need = min(count, self.size)
         self.size -= need
@@ -238,4 +240,6 @@ def take_share(
         pieces.append(unkeyed)
         if attempts is not None:
             attempts.extend(repeat(1, len(unkeyed)))
+    if len(pieces) == 1:  # most hand-overs: one piece, nothing to join
+        return pieces[0], attempts
     return (join_envelopes(pieces) if pieces else []), attempts

@@ -77,18 +77,16 @@ class Subscribers:
         self._ids = itertools.count(1)
         self._keys = itertools.count(1)
         self._groups: dict[str, _Group] = {}
-        self._handles: list[GroupHandle] = []
+        # The balanced groups: replaced whole on each change, so a reader without the
+        # lock holds a snapshot.
+        self.handles: list[GroupHandle] = []
         self._broadcast: dict[int, Seat] = {}
         self._retired: list[Ref] = []
         self._pools: list[tuple[Pool, Progress]] = []
 
-    def handles(self) -> list[GroupHandle]:
-        """A snapshot of the balanced groups (read without locking)."""
-        return self._handles
-
     def names(self) -> list[str]:
         """The groups' names, in creation order."""
-        return [h.name for h in self._handles]
+        return [h.name for h in self.handles]
 
     def create_group(self, name: str) -> GroupHandle:
         """Return the group ``name``, creating (and spawning) it if needed."""
@@ -106,7 +104,7 @@ class Subscribers:
             arrivals.bind(ref)
             handle = GroupHandle(name, ref, gate, arrivals)
             self._groups[name] = _Group(handle)
-            self._handles = [*self._handles, handle]
+            self.handles = [*self.handles, handle]
             return handle
 
     def delete_group(self, name: str) -> None:
@@ -115,7 +113,7 @@ class Subscribers:
             group = self._groups.pop(name, None)
             if group is None:
                 raise KeyError(f"topic {self._topic!r} has no group {name!r}")
-            self._handles = [h for h in self._handles if h.name != name]
+            self.handles = [h for h in self.handles if h.name != name]
         group.handle.gate.close()
         self._await_end(group.handle.ref, group.handle.ref.ask(End("unsubscribed"), timeout=None))
         for seat in group.seats.values():

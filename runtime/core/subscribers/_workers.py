@@ -7,6 +7,7 @@ two hand-overs; what crosses the pipe and runs in the worker is in `_work_batch`
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -99,6 +100,10 @@ class ProcessEndpoint:
         self._tracker = tracker
         self._ack_timeout = ack_timeout
         self._progress, self._slot = progress
+        # Its hand-overs' numbers (from 1, in the order they are sent), which the worker
+        # reports in its slot; the group's thread and the I/O thread take them.
+        self._number = 0
+        self._lock = threading.Lock()
         self._requeue = requeue
         self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._since = 0.0  # when the worker began the first of them, about
@@ -144,7 +149,9 @@ class ProcessEndpoint:
         """A `Tranche` of ``envelopes``, numbered for the worker before the ledger gives
         it a deadline: the deadline stays off until the worker reports that it started
         it. No deliveries: the tranche builds them only if something fails."""
-        number = self._progress.next_number(self._slot)
+        with self._lock:
+            self._number += 1
+            number = self._number
         return Tranche(sink, self.subscriber_id, group, envelopes, attempts, number=number,
                        started=partial(self._progress.running_for, self._slot, number)), []
 
@@ -224,7 +231,9 @@ class ProcessEndpoint:
             logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
             self._fail(tranche, "worker_crashed", str(error))
         else:  # it did not unpickle whole in the worker, which ran none of it
-            number = self._progress.next_number(self._slot)  # behind what the worker holds
+            with self._lock:  # a new number: it goes behind what the worker holds
+                self._number += 1
+                number = self._number
             tranche.run_by_worker(number, partial(self._progress.running_for, self._slot, number))
             self._send_each(tranche, replace(batch, number=tranche.number))
 
