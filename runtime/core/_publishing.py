@@ -18,8 +18,7 @@ from runtime.core._outcome import Outcome, PublishReport, new_report
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._arrivals import KeyMark
-from runtime.core.subscribers._gate import GroupHandle
+from runtime.core.subscribers._gate import GroupHandle, KeyMark
 from runtime.core.subscribers._ring import Ring
 from runtime.core.subscribers._subscribers import Subscribers
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock

@@ -8,8 +8,7 @@ from typing import Any
 from runtime.core._envelope import KEY, Envelope
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
-from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._gate import ARRIVED, Arrivals, Gate
 from runtime.core.subscribers._group import GroupActor
 
 

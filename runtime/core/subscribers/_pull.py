@@ -10,8 +10,7 @@ from typing import Any
 
 from actors import Ref
 from runtime.core._envelope import Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver, Sink
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink, Tranche
 from runtime.core.subscribers._group_mail import Credit
 from runtime.errors import TopicClosedError
 

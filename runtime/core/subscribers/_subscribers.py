@@ -16,10 +16,9 @@ from runtime.core._envelope import Envelope
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._arrivals import Arrivals
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
 from runtime.core.subscribers._flusher import CallLater
-from runtime.core.subscribers._gate import Gate, GroupHandle
+from runtime.core.subscribers._gate import Arrivals, Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
 from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint

@@ -18,8 +18,7 @@ from typing import Any, cast
 from actors import Ref
 from actors.errors import ActorError, WorkerCrashedError
 from runtime.core._envelope import TOPIC, Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver, Sink
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink, Tranche
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor

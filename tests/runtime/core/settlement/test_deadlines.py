@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import HandOver
+from runtime.core.settlement._ledger import Deadlines
 
 
 class FakeClock:

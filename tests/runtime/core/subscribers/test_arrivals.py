@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus
-from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
+from runtime.core.subscribers._gate import ARRIVED, Arrivals
 
 
 class _Recorder:

@@ -16,8 +16,7 @@ from support.groups import FakeEndpoint, group_of, publish_chunk
 from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
 from runtime.core._message import NO_ATTRIBUTES
-from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import ACKED, NACKED, HandOver, Tranche
 from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._workers import (
     FIRST_BATCH,
