@@ -6,7 +6,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 __all__ = [
-    "ACKED_OUTCOME", "Nack", "Outcome", "OutcomeTrack", "PublishReport", "new_report",
+    "ACKED_OUTCOME", "Nack", "Outcome", "OutcomeTrack", "PublishReport",
 ]
 
 
@@ -51,27 +51,6 @@ class PublishReport:
 
 
 ACKED_OUTCOME = Outcome(acked=True, nacks=())  # every acked message's outcome
-
-# `new_report`'s parts: the report's slots, set as its frozen dataclass __init__ would.
-_new = object.__new__
-_SET_ID, _SET_BALANCED, _SET_BROADCAST, _SET_OUTCOME = (
-    getattr(PublishReport, name).__set__
-    for name in ("message_id", "balanced", "broadcast", "outcome"))
-
-
-def new_report(
-    message_id: str, balanced: dict[str, str], broadcast: int, outcome: Future[Outcome],
-) -> PublishReport:
-    """``PublishReport(message_id, balanced, broadcast, outcome)``, built for every
-    ``topic.publish``: an equal object, without the generated __init__'s
-    ``object.__setattr__`` and default checks."""
-    report = _new(PublishReport)
-    _SET_ID(report, message_id)
-    _SET_BALANCED(report, balanced)
-    _SET_BROADCAST(report, broadcast)
-    _SET_OUTCOME(report, outcome)
-    return report
-
 
 class OutcomeTrack:
     """A message still counting down its destinations' settlements (the tracker's books).

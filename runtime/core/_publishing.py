@@ -14,7 +14,7 @@ from runtime.core._block import Block, Runs, any_keyed, ids_of, keys_of
 from runtime.core._envelope import KEY, Envelope
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, checked_attributes, parts_of
-from runtime.core._outcome import Outcome, PublishReport, new_report
+from runtime.core._outcome import Outcome, PublishReport
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
@@ -176,12 +176,14 @@ class PublishPath:
         slotted = self._settings.max_pending is not None and self.admit(deadline)
         # Its number is its id (`message_id`). It counts as published once it has room
         # everywhere (`fan_out`): a refusal while waiting leaves no trace.
-        seq = self._take_seqs(1)
+        with self._seq_lock:
+            seq = self._next_seq
+            self._next_seq = seq + 1
         envelope: Envelope = (seq, None, message, key or None, attributes, self._topic, None)
         future: Future[Outcome] = MessageFuture()
         balanced, broadcast = self.fan_out((envelope,), (envelope[KEY],), [future], slotted,
                                            deadline)
-        return new_report(str(seq), balanced, broadcast, future)
+        return PublishReport(str(seq), balanced, broadcast, future)
 
     def refuse(self, message: Message, reason: str, error: str | None) -> None:
         """Dead-letter a Publisher message refused on its way in, under an id of its own."""
