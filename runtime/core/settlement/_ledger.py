@@ -63,13 +63,18 @@ class Deadlines:
         self._wake_at: float | None = None
 
     def add(self, handover: HandOver) -> float | None:
-        """Give ``handover`` (registered, with its id) its deadline.
+        """Give ``handover`` (registered, with its id) its deadline, ``ack_timeout`` from
+        now, and its renewal time; again to renew it (its earlier entry comes first and
+        is skipped then).
 
         Returns when the timer must wake the tracker, if it is not armed already.
         """
-        if self._ack_timeout is None:
+        timeout = self._ack_timeout
+        if timeout is None:
             return None
-        when = self._set(handover, self._ack_timeout)
+        when = self._clock() + timeout
+        handover.set_deadline(when, when - _RENEW_SHARE * timeout)
+        self._queue.append((when, handover.id))
         if self._wake_at is not None:
             return None
         self._wake_at = when
@@ -79,22 +84,6 @@ class Deadlines:
         """True when a quarter of ``handover``'s deadline has run (time to renew it): its
         ``renew_at`` passed, which a handler's loop may read itself."""
         return self._ack_timeout is not None and self._clock() > handover.renew_at
-
-    def extend(self, handover: HandOver) -> None:
-        """Move ``handover``'s deadline to ``ack_timeout`` from now (the timer stays armed
-        for its earlier entry, which comes first)."""
-        if self._ack_timeout is not None:
-            self._set(handover, self._ack_timeout)
-
-    def _set(self, handover: HandOver, timeout: float) -> float:
-        """Queue ``handover``'s deadline, ``timeout`` from now, and its renewal time."""
-        when = self._clock() + timeout
-        handover.set_deadline(when, when - _RENEW_SHARE * timeout)
-        if timeout == self._ack_timeout:
-            self._queue.append((when, handover.id))
-        else:
-            heapq.heappush(self._shorter, (when, handover.id))
-        return when
 
     def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:
         """Remove and return the live hand-overs whose deadline passed (the timer fired).
@@ -110,7 +99,13 @@ class Deadlines:
         for handover in due:
             ran = handover.running_for()
             if ran < timeout:  # its worker started it late, or has not yet
-                self._set(handover, timeout - max(ran, 0.0))
+                left = timeout - max(ran, 0.0)
+                when = self._clock() + left
+                handover.set_deadline(when, when - _RENEW_SHARE * left)
+                if left == timeout:  # not started: a full deadline, in order
+                    self._queue.append((when, handover.id))
+                else:
+                    heapq.heappush(self._shorter, (when, handover.id))
             else:
                 expired.append(handover)
         return expired
@@ -344,8 +339,9 @@ class Ledger:
         if not force and not deadlines.due(handover):
             return
         with self._lock:
-            if handover.live:
-                deadlines.extend(handover)
+            wake_at = deadlines.add(handover) if handover.live else None
+        if wake_at is not None:
+            self._schedule(wake_at)
 
     def release(self, handover: HandOver) -> None:
         """Forget ``handover`` once nothing of it is pending: its subscriber gave its
