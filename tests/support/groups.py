@@ -34,7 +34,7 @@ class FakeEndpoint:
         self.key = self.subscriber_id = key
         self.window = window
         self.size = window if size is None else size
-        self.whole = whole
+        self.cost: float | None = 0.0 if whole else None  # whole: known to be free
         self.sizes: list[int] = []
 
     def hand_over(self, sink: Any, group: str, envelopes: Sequence[Any],
@@ -43,9 +43,6 @@ class FakeEndpoint:
 
     def push(self, handover: Any, deliveries: list[Any]) -> None:
         self.sizes.append(len(deliveries))
-
-    def prefers_whole(self, count: int) -> bool:
-        return self.whole
 
     def left(self, unsettled: int) -> int:
         return unsettled

@@ -261,6 +261,11 @@ logger = logging.getLogger(__name__)
 # Mailbox messages a group handles at most before it dispatches, even while more wait.
 _MAX_DEFERRED = 16
 
+# Handler time under which unkeyed messages are not worth splitting across members: a
+# hand-over to a worker costs the parent its build, pickle, pipe write and answer, so a
+# split that saves less than this in the slower half only adds hand-overs (re-measure
+# with ``python -m benchmarks --only fanout_cpu``).
+SPLIT_WORTH = 200e-6
 _LOAD = itemgetter(0)  # of a ready member's (load, member, room)
 _SEQ_OF = itemgetter(SEQ)
 
@@ -416,11 +421,11 @@ class GroupActor(Actor):
 
         Unkeyed messages go to the least loaded members first (their unsettled
         deliveries, less what a worker did of its running hand-over; equal loads keep
-        the rotating turn, as the sort is stable). When every ready member prefers them
-        whole (cheap handlers), the first takes them all. Else each is topped up toward
-        an equal load across all members, so a member that answers first does not take
-        what its busy peers will take next; the first always gets at least one, so a
-        message never waits while a member has room.
+        the rotating turn, as the sort is stable). When every ready member's handler is
+        known to take them all in less than `SPLIT_WORTH`, the first takes them all.
+        Else each is topped up toward an equal load across all members, so a member that
+        answers first does not take what its busy peers will take next; the first always
+        gets at least one, so a message never waits while a member has room.
         """
         members, unsettled, inflight = self._members, self._unsettled, self._inflight
         while members and self._ended is None:
@@ -448,9 +453,10 @@ class GroupActor(Actor):
             turn = self._turn % len(ready)
             ready = ready[turn:] + ready[:turn]
             ready.sort(key=_LOAD)
-            whole = True
+            whole = True  # every ready member's handler is known to be cheap for them all
             for _, member, _ in ready:
-                if not member.prefers_whole(unkeyed):
+                cost = member.cost
+                if cost is None or cost * unkeyed >= SPLIT_WORTH:
                     whole = False
                     break
             target = -(-(total + unkeyed) // len(members))

@@ -18,12 +18,16 @@ class Endpoint(Protocol):
     ``window`` bounds the deliveries it holds unsettled (its prefetch); ``handovers``,
     when not None, bounds the hand-overs it holds unsettled (a worker process: while it
     is busy, what arrives waits in the group and leaves as one larger hand-over).
+    ``cost`` is its handler's measured seconds per message (None: not measured, as for
+    thread and pull members): the group gives a whole chunk to one member only while
+    every ready member is known to be cheap for it.
     """
 
     key: int
     subscriber_id: int
     window: int
     handovers: int | None
+    cost: float | None
 
     def left(self, unsettled: int) -> int:
         """Of its ``unsettled`` deliveries, about how many it has yet to finish."""
@@ -40,10 +44,6 @@ class Endpoint(Protocol):
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Hand a registered batch over; must not block."""
-
-    def prefers_whole(self, count: int) -> bool:
-        """True when ``count`` messages are cheaper handled here in one hand-over than
-        split across members (the hand-over itself costs more than they do)."""
 
 
 @dataclass(frozen=True, slots=True)

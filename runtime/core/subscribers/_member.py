@@ -188,6 +188,8 @@ class ThreadEndpoint:
     """The group's view of a `MemberActor`: up to ``window`` deliveries unsettled."""
 
     handovers: int | None = None
+    cost: float | None = None  # never measured: a hand-over to a thread is cheap, and
+    # splitting lets I/O overlap
 
     def __init__(self, seat: Seat, ref: Ref, window: int = THREAD_WINDOW) -> None:
         self.key = seat.key
@@ -214,6 +216,3 @@ class ThreadEndpoint:
         """Tell the member the batch (never blocks)."""
         self.ref.tell((handover, deliveries))
 
-    def prefers_whole(self, count: int) -> bool:
-        """Never: a hand-over to a thread is cheap, and splitting lets I/O overlap."""
-        return False

@@ -26,6 +26,7 @@ class PullEndpoint:
     """
 
     handovers: int | None = None
+    cost: float | None = None  # never measured: it takes at most its small window
 
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
                  window: int = 1, *, tranches: bool = False) -> None:
@@ -56,10 +57,6 @@ class PullEndpoint:
             else:
                 self._items.extend(deliveries)
             self._changed.notify_all()
-
-    def prefers_whole(self, count: int) -> bool:
-        """Never: a pull member takes at most its small window."""
-        return False
 
     def cap(self) -> int:
         """A hand-over may fill the whole window."""

@@ -28,7 +28,7 @@ Requeue = Callable[[HandOver, list[tuple[Envelope, int]]], None]
 
 __all__ = [
     "FIRST_BATCH", "HANDOVER_BYTES", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH",
-    "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor", "payload_size",
+    "ProcessEndpoint", "WorkBatch", "WorkerActor", "payload_size",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,11 +54,6 @@ HANDOVER_WORK = 0.005
 HANDOVER_BYTES = 8 * 1024 * 1024
 # Of the ack timeout, the share one hand-over's handler time may fill.
 _DEADLINE_SHARE = 0.25
-
-# Handler time under which a batch is not worth splitting across workers: a hand-over
-# costs the parent its build, pickle, pipe write and answer, so a split that saves less
-# than this in the slower half only adds hand-overs (re-measure with `fanout_cpu`).
-SPLIT_WORTH = 200e-6
 _COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
 
 
@@ -106,14 +101,15 @@ class ProcessEndpoint:
         self._requeue = requeue
         self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._since = 0.0  # when the worker began the first of them, about
-        self._cost: float | None = None  # running handler seconds per message
+        # Its handler's running seconds per message (None until its first answer).
+        self.cost: float | None = None
         self._size: int | None = None  # running payload bytes per message (bytes payloads)
 
     def cap(self) -> int:
         """The most deliveries for one hand-over: few until the handler's time is known,
         then about `HANDOVER_WORK` of it (`SLOW_BATCH` to `PROCESS_BATCH`), no more than
         fill a quarter of the ack timeout, and about `HANDOVER_BYTES` of payload."""
-        cost = self._cost
+        cost = self.cost
         if cost is None:
             return FIRST_BATCH
         if cost <= 0:
@@ -131,16 +127,10 @@ class ProcessEndpoint:
         it did of its running hand-over since it began it, at its measured time per
         delivery (balanced by counts alone, a backlog's last hand-overs left one worker
         idle while the other still ran a hand-over it had just begun)."""
-        cost = self._cost
+        cost = self.cost
         if not cost or not self._running:
             return unsettled
         return max(unsettled - int((time.monotonic() - self._since) / cost), 0)
-
-    def prefers_whole(self, count: int) -> bool:
-        """True once this worker's handler is known to take ``count`` messages in less
-        than `SPLIT_WORTH` (unknown: split, the safe choice for slow handlers)."""
-        cost = self._cost
-        return cost is not None and cost * count < SPLIT_WORTH
 
     def hand_over(
         self, sink: Sink, group: str, envelopes: Sequence[Envelope], attempts: list[int] | None,
@@ -210,8 +200,8 @@ class ProcessEndpoint:
         elapsed, reply = future.result()
         size = len(tranche.envelopes)
         per_message = elapsed / size
-        cost = self._cost
-        self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
+        cost = self.cost
+        self.cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
         if type(reply) is not int:
             self._finish(_claim_settled(tranche.unpack(), reply), size)
         elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
