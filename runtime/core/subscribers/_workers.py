@@ -28,7 +28,7 @@ Requeue = Callable[[HandOver, list[tuple[Envelope, int]]], None]
 
 __all__ = [
     "FIRST_BATCH", "HANDOVER_BYTES", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH",
-    "ProcessEndpoint", "WorkBatch", "WorkerActor", "payload_size",
+    "ProcessEndpoint", "WorkBatch", "WorkerActor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,12 @@ class ProcessEndpoint:
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the tranche (``handover``; ``deliveries`` is empty);
-        settle from its answer (never blocks)."""
+        settle from its answer (never blocks).
+
+        Bytes payloads update the running bytes per message `cap` bounds hand-overs by,
+        from the first and last of the batch; the size of other payloads is not known
+        before they are pickled.
+        """
         tranche = cast(Tranche, handover)
         envelopes = tranche.envelopes
         batch = WorkBatch.of_envelopes(
@@ -154,7 +159,11 @@ class ProcessEndpoint:
             tranche.attempts, self._ack_timeout, tranche.number,
             (self._progress.path, self._slot),
         )
-        self._size = payload_size(batch.payloads, self._size)
+        first, last = batch.payloads[0], batch.payloads[-1]
+        if first.__class__ is bytes and last.__class__ is bytes:  # else not known unpickled
+            size, previous = (len(first) + len(last)) // 2 + 1, self._size  # a sample
+            self._size = size if previous is None else previous + int(
+                (size - previous) * _COST_WEIGHT)
         self._send(tranche, batch)
 
     def _send(self, tranche: Tranche, batch: WorkBatch) -> None:
@@ -251,17 +260,6 @@ class ProcessEndpoint:
         if settled:
             self._tracker.tell(settled)
         self._group.tell(Credit(self.key, count, 1))
-
-
-def payload_size(payloads: Sequence[Any], previous: int | None) -> int | None:
-    """Bytes per message of a hand-over whose payloads are bytes (its first and last
-    ones, a sample), folded into the running ``previous``; ``previous`` for other
-    payloads (their pickled size is not known before they are pickled)."""
-    first, last = payloads[0], payloads[-1]
-    if first.__class__ is not bytes or last.__class__ is not bytes:
-        return previous
-    size = (len(first) + len(last)) // 2 + 1
-    return size if previous is None else previous + int((size - previous) * _COST_WEIGHT)
 
 
 def _claim_acked(deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:

@@ -29,7 +29,6 @@ from runtime.core.subscribers._workers import (
     WorkerActor,
     _claim_acked,
     _claim_settled,
-    payload_size,
 )
 from runtime.errors import SettlementError
 
@@ -353,29 +352,6 @@ def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds(progress
     assert bounded.cap() == 25
 
 
-def test_a_hand_over_of_large_payloads_holds_about_8_mib(progress: Progress) -> None:
-    endpoint = _endpoint(progress)
-    endpoint.cost = 1e-6  # cheap: 1,024 messages by time alone
-
-    endpoint._size = payload_size([b"x" * 100, b"y" * 100], None)
-    assert endpoint.cap() == PROCESS_BATCH
-    endpoint._size = payload_size([b"x" * 2**20] * 3, None)  # 1 MiB each
-    assert endpoint.cap() == HANDOVER_BYTES // (2**20 + 1) == 7
-    endpoint._size = payload_size([b"x" * 10 * 2**20], None)  # the largest Publisher message
-    assert endpoint.cap() == 1
-    # objects other than bytes: their size is not known, the last estimate stays
-    assert payload_size([{"order": 1}, {"order": 2}], endpoint._size) == endpoint._size
-    assert payload_size([{"order": 1}], None) is None
-
-
-def test_the_payload_estimate_follows_a_change_of_size_gradually() -> None:
-    size = payload_size([b"x" * 1000], None)
-    assert size == 1001  # (first + last) / 2 + 1: one payload is both
-
-    later = payload_size([b"x" * 9999], size)
-    assert later == 1001 + (10000 - 1001) // 4  # a quarter of the way to the new size
-
-
 class _Unanswered:
     """A worker's ref that takes every ask and never answers it."""
 
@@ -385,6 +361,39 @@ class _Unanswered:
     def ask(self, message: WorkBatch, timeout: float | None) -> Future[Any]:
         self.asked.append(message)
         return Future()
+
+
+def _push(endpoint: ProcessEndpoint, payloads: list[Any]) -> None:
+    """Hand ``endpoint`` one tranche of ``payloads`` (its worker never answers)."""
+    envelopes: list[Envelope] = [
+        (n, str(n), payload, None, None, "t", 1.0) for n, payload in enumerate(payloads, 1)]
+    endpoint.push(Tranche(None, 1, "g", envelopes), [])
+
+
+def test_a_hand_over_of_large_payloads_holds_about_8_mib(progress: Progress) -> None:
+    endpoint = _endpoint(progress, _Unanswered())
+    endpoint.cost = 1e-6  # cheap: 1,024 messages by time alone
+
+    _push(endpoint, [b"x" * 100, b"y" * 100])
+    assert endpoint._size == 101 and endpoint.cap() == PROCESS_BATCH
+    endpoint._size = None
+    _push(endpoint, [b"x" * 2**20] * 3)  # 1 MiB each
+    assert endpoint.cap() == HANDOVER_BYTES // (2**20 + 1) == 7
+    endpoint._size = None
+    _push(endpoint, [b"x" * 10 * 2**20])  # the largest Publisher message
+    assert endpoint.cap() == 1
+    # objects other than bytes: their size is not known, the last estimate stays
+    _push(endpoint, [{"order": 1}, {"order": 2}])
+    assert endpoint._size == 10 * 2**20 + 1
+
+
+def test_the_payload_estimate_follows_a_change_of_size_gradually(progress: Progress) -> None:
+    endpoint = _endpoint(progress, _Unanswered())
+
+    _push(endpoint, [b"x" * 1000])
+    assert endpoint._size == 1001  # (first + last) / 2 + 1: one payload is both
+    _push(endpoint, [b"x" * 9999])
+    assert endpoint._size == 1001 + (10000 - 1001) // 4  # a quarter of the way to the new size
 
 
 def test_each_hand_over_updates_the_payload_estimate(progress: Progress) -> None:
