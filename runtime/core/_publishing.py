@@ -312,7 +312,8 @@ class PublishPath:
         try:
             if groups and not self._ring.subscriber_count:
                 subscribers = 0
-                self._reserve(envelopes, len(groups), futures, slotted)
+                # Reserved and counted published: past this only a close refuses them.
+                self._ledger.reserve(envelopes, len(groups), futures, slotted, published=True)
             else:
                 subscribers, lagged = self._fan_out_ring(groups, envelopes, futures, slotted,
                                                          deadline)
@@ -326,18 +327,6 @@ class PublishPath:
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
-
-    def _reserve(
-        self, envelopes: Sequence[Envelope], destinations: int,
-        futures: list[Future[Outcome]] | None, slotted: bool,
-    ) -> None:
-        """Reserve ``destinations`` settlements per message and count them published: the
-        point past which only a close refuses them (`Ledger.reserve` raises it first)."""
-        if futures is not None and len(envelopes) == 1 and not slotted:
-            self._ledger.reserve_one(envelopes[0][0], destinations, futures[0])  # one lock
-            return
-        self._ledger.reserve(envelopes, destinations, futures, slotted)
-        self._ledger.count("published", len(envelopes))
 
     def _fan_out_ring(
         self, groups: list[GroupHandle], envelopes: Sequence[Envelope],
@@ -354,7 +343,8 @@ class PublishPath:
                 self._ledger.count("published", len(envelopes))
                 self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
                 return -1, []
-            self._reserve(envelopes, len(groups) + subscribers, futures, slotted)
+            self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted,
+                                 published=True)
             lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
         for wake in wakes:
             wake()

@@ -21,7 +21,7 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from runtime.core._block import Block, seqs_of
+from runtime.core._block import Block
 from runtime.core._envelope import SEQ, Envelope
 from runtime.core._future import resolve
 from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack
@@ -187,9 +187,10 @@ class Ledger:
 
     def reserve(
         self, envelopes: Sequence[Envelope], destinations: int,
-        futures: list[Future[Outcome]] | None, slotted: bool,
+        futures: list[Future[Outcome]] | None, slotted: bool, *, published: bool = False,
     ) -> None:
-        """Count ``destinations`` pending settlements for each message, before any send.
+        """Count ``destinations`` pending settlements for each message, before any send
+        (``published``: and count the messages published, under the same lock).
 
         Raises:
             TopicClosedError: the topic closed; nothing was reserved (slots are released).
@@ -202,25 +203,17 @@ class Ledger:
                 raise TopicClosedError(self._topic)
             if not slotted:
                 self.pending += len(envelopes)
+            if published:
+                self._counters.published += len(envelopes)
             if destinations > 1 or futures is not None:
                 tracks = self._tracks
-                for index, seq in enumerate(seqs_of(envelopes)):
-                    future = None if futures is None else futures[index]
-                    tracks[seq] = OutcomeTrack(destinations, future)
-
-    def reserve_one(self, seq: int, destinations: int, future: Future[Outcome]) -> None:
-        """`reserve` and `count` for one ``topic.publish`` under one lock: the message
-        ``seq`` is published and pending, its ``future`` tracked.
-
-        Raises:
-            TopicClosedError: the topic closed; nothing was counted.
-        """
-        with self._lock:
-            if self.closed:
-                raise TopicClosedError(self._topic)
-            self._counters.published += 1
-            self.pending += 1
-            self._tracks[seq] = OutcomeTrack(destinations, future)
+                seqs = envelopes.seqs if type(envelopes) is Block else map(_SEQ_OF, envelopes)
+                if futures is None:
+                    for seq in seqs:
+                        tracks[seq] = OutcomeTrack(destinations, None)
+                else:
+                    for seq, future in zip(seqs, futures, strict=True):
+                        tracks[seq] = OutcomeTrack(destinations, future)
 
     def take_slot(self, max_pending: int, deadline: float | None) -> None:
         """Wait until fewer than ``max_pending`` messages are pending, then take a slot.

@@ -516,9 +516,14 @@ class GroupActor(Actor):
                 return
             if burst and self._sorted(join_envelopes(chunks)):
                 return
+        # Unkeyed messages may go to any member; for one member, one FIFO keeps key order.
+        queued = self._ended is None and (not keyed or len(self._members) < 2)
         for index, chunk in enumerate(chunks):
             try:
-                self._accept(chunk, keyed)
+                if queued:
+                    self._queue.extend(chunk)
+                else:
+                    self._accept(chunk, keyed)
             except Exception:  # what it took and did not queue is nowhere else
                 self._strand(chunk, chunks[index + 1:])
                 raise
