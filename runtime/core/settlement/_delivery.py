@@ -56,7 +56,7 @@ class HandOver:
     """
 
     __slots__ = (
-        "buffer", "deadline", "group", "id", "live", "nacked", "owner", "pending", "renew_at",
+        "buffer", "deadline", "group", "id", "nacked", "owner", "pending", "renew_at",
         "sink", "started", "subscriber_id",
     )
 
@@ -67,8 +67,7 @@ class HandOver:
         self.pending: dict[int, Delivery[Any]] = {}
         self.buffer: deque[Delivery[Any]] | None = None
         self.owner = 0
-        self.id = 0
-        self.live = False
+        self.id = 0  # its number in the ledger's books (live while they hold it)
         self.deadline = 0.0
         self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
         self.nacked = False
@@ -100,19 +99,6 @@ class HandOver:
         """Count its ack deadline from its worker's start: ``started()`` reports the
         seconds since (``-inf``: not started yet)."""
         self.started = started
-
-    def track(self, hid: int) -> None:
-        """The ledger recorded it as ``hid``: live until `untrack`."""
-        self.id = hid
-        self.live = True
-
-    def untrack(self, *, settled_only: bool = True) -> bool:
-        """End the ledger's record of it (only once nothing is pending, unless not
-        ``settled_only``); True when this call ended it."""
-        if not self.live or (settled_only and not self.settled()):
-            return False
-        self.live = False
-        return True
 
     def set_deadline(self, when: float, renew_at: float) -> None:
         """Its ack deadline is ``when``; a handler reaching it after ``renew_at`` renews it."""

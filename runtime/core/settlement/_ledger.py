@@ -317,7 +317,7 @@ class Ledger:
             if self.closed:
                 return False
             hid = next(self._handover_ids)
-            handover.track(hid)
+            handover.id = hid
             self._live[hid] = handover
             wake_at = self._deadlines.add(handover)
         if wake_at is not None:
@@ -332,7 +332,7 @@ class Ledger:
         if not force and not deadlines.due(handover):
             return
         with self._lock:
-            wake_at = deadlines.add(handover) if handover.live else None
+            wake_at = deadlines.add(handover) if handover.id in self._live else None
         if wake_at is not None:
             self._schedule(wake_at)
 
@@ -340,7 +340,7 @@ class Ledger:
         """Forget ``handover`` once nothing of it is pending: its subscriber gave its
         messages back unsettled (they stay pending as messages, in their group)."""
         with self._lock:
-            if handover.untrack():
+            if handover.id in self._live and handover.settled():
                 del self._live[handover.id]
 
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
@@ -364,8 +364,7 @@ class Ledger:
         acked: list[Future[Outcome]] = []
         envelopes = tranche.envelopes
         with self._lock:
-            if tranche.untrack(settled_only=False):
-                del self._live[tranche.id]
+            self._live.pop(tranche.id, None)
             completed = len(envelopes)
             tracks = self._tracks
             if tracks:
@@ -448,7 +447,7 @@ class Ledger:
     def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
         live = self._live
         for handover in handovers_of(deliveries):  # forget the ones now fully settled
-            if handover.untrack():
+            if handover.id in live and handover.settled():
                 del live[handover.id]
         tracks = self._tracks
         if not tracks and all_acked(deliveries):  # a member's acks, no outcome tracked
