@@ -68,8 +68,10 @@ class HandOver:
         self.buffer: deque[Delivery[Any]] | None = None
         self.owner = 0
         self.id = 0  # its number in the ledger's books (live while they hold it)
+        # Its ack deadline, and when a handler reaching it should renew it: set by the
+        # ledger's `Deadlines` alone, under the ledger's lock.
         self.deadline = 0.0
-        self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
+        self.renew_at = _NEVER
         self.nacked = False
         # Seconds its worker process has been running it (-inf: not started yet), for a
         # hand-over to a process member; None: its deadline runs from the hand-over.
@@ -99,11 +101,6 @@ class HandOver:
         """Count its ack deadline from its worker's start: ``started()`` reports the
         seconds since (``-inf``: not started yet)."""
         self.started = started
-
-    def set_deadline(self, when: float, renew_at: float) -> None:
-        """Its ack deadline is ``when``; a handler reaching it after ``renew_at`` renews it."""
-        self.deadline = when
-        self.renew_at = renew_at
 
     def running_for(self) -> float:
         """Seconds since its subscriber started it: ``inf`` (long enough for any

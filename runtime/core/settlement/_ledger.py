@@ -73,7 +73,7 @@ class Deadlines:
         if timeout is None:
             return None
         when = self._clock() + timeout
-        handover.set_deadline(when, when - _RENEW_SHARE * timeout)
+        handover.deadline, handover.renew_at = when, when - _RENEW_SHARE * timeout
         self._queue.append((when, handover.id))
         if self._wake_at is not None:
             return None
@@ -101,7 +101,7 @@ class Deadlines:
             if ran < timeout:  # its worker started it late, or has not yet
                 left = timeout - max(ran, 0.0)
                 when = self._clock() + left
-                handover.set_deadline(when, when - _RENEW_SHARE * left)
+                handover.deadline, handover.renew_at = when, when - _RENEW_SHARE * left
                 if left == timeout:  # not started: a full deadline, in order
                     self._queue.append((when, handover.id))
                 else:
