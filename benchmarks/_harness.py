@@ -46,8 +46,13 @@ The families and their modules:
   200,000 x 1 KiB through a slow subscriber under 16 MiB of flow control (at most 64 MiB).
 - ``_redis_pipeline``: ``redis_pipeline``, Publisher -> Redis topic -> ``workers=2`` vs
   the raw redis-py ceiling (Lua XADD x100, two XREADGROUP + XACK processes; target 0.5).
+- ``_redis_partitions``: ``redis_partitions``, 64 keys over a 2-partition topic whose two
+  worker processes own one partition each vs one partition read in order by one worker
+  (~200 us handler; target 1.5); ``/compete``, vs one partition and two competing workers.
 - ``_spark``: ``spark_source`` / ``spark_sink``, rows/s on ``local[2]`` (floor 100,000),
-  skipped with a reason without pyspark, Java or the bridge's measurement.
+  skipped with a reason without pyspark, Java or the bridge's measurement;
+  ``spark_source_redis`` (vs ``spark_source``, 1.0; ``/ceiling`` 0.5) and
+  ``spark_sink_redis`` (0.25) on a Redis topic, skipped without a Redis.
 """
 
 from __future__ import annotations

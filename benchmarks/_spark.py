@@ -14,6 +14,12 @@ query's start-up is a fixed cost that a short run would mostly measure. Each row
 is actorbus rows/s over its ceiling's: targets 0.5 (source), 0.25 (sink) and 0.5
 (``spark_source/pipeline``).
 
+On a Redis (see `benchmarks._spark_throughput`), ``spark_source_redis`` (a Redis topic
+-> ``option("redis", url)`` source -> ``noop``) is compared with ``spark_source`` (the
+broker's) in the same run, target 1.0, and with the in-memory ceiling source, target
+0.5 (``/ceiling``); ``spark_sink_redis`` (the cached frame -> Redis sink) with the
+discarding Arrow writer, target 0.25.
+
 Skipped, with the reason, when pyspark or Java is missing or the measurement does not
 exist yet -- never a made-up figure.
 """
@@ -32,6 +38,7 @@ from ._harness import Comparison, Profile, Scenario, Skip
 __all__ = ["SCENARIOS", "SparkRun"]
 
 SOURCE_TARGET, SINK_TARGET, PIPELINE_TARGET = 0.5, 0.25, 0.5
+REDIS_VS_BROKER_TARGET = 1.0
 _MEASUREMENT = "benchmarks._spark_throughput"
 _NOT_YET = "runtime.spark measurement not available yet"
 # Generous: the host may be shared; a timeout loses the whole measurement.
@@ -117,6 +124,19 @@ class SparkRun:
         """Rows per second written by the Spark sink next to its ceiling."""
         return self._row(profile, "sink_")
 
+    def redis_source(self, profile: Profile) -> tuple[Comparison, ...]:
+        """The Redis source next to the broker's source and to the ceiling source."""
+        redis, broker = self._row(profile, "redis_source_"), self._row(profile, "source_")
+        return (
+            Comparison(value=redis.value, baseline_value=broker.value),
+            Comparison(suffix="ceiling", baseline=_CEILING_SOURCE_LABEL, target=SOURCE_TARGET,
+                       value=redis.value, baseline_value=redis.baseline_value),
+        )
+
+    def redis_sink(self, profile: Profile) -> Comparison:
+        """The Redis sink next to the discarding Arrow writer."""
+        return self._row(profile, "redis_sink_")
+
     def _row(self, profile: Profile, prefix: str) -> Comparison:
         """The rate of the run whose figures start with ``prefix`` ("" for the pipeline).
 
@@ -124,19 +144,28 @@ class SparkRun:
             RuntimeError: that run lost rows (or the measurement has no such figures).
         """
         figures = self.figures(profile)
+        if prefix.startswith("redis_") and "redis_missing" in figures:
+            raise Skip(str(figures["redis_missing"]))
         rows, moved = figures.get(f"{prefix}rows"), figures.get(f"{prefix}rows_out")
         if rows is None or moved != rows:
             raise RuntimeError(f"Spark ({prefix or 'pipeline'}) moved {moved} of {rows} rows")
+        ceiling = prefix.removeprefix("redis_")
         return Comparison(value=float(figures[f"{prefix}rows_per_second"]),
-                          baseline_value=float(figures[f"ceiling_{prefix}rows_per_second"]))
+                          baseline_value=float(figures[f"ceiling_{ceiling}rows_per_second"]))
 
 
 _RUN = SparkRun()
 _PIPELINE_LABEL = "in-memory source -> discarding stream writer; local[2]"
+_CEILING_SOURCE_LABEL = "in-memory streaming source -> noop; local[2], start-up incl."
 
 SCENARIOS = (
     Scenario(name="spark_source", unit="rows/s", target=SOURCE_TARGET, measure=_RUN.source,
              baseline="in-memory streaming source -> noop; local[2], start-up incl."),
     Scenario(name="spark_sink", unit="rows/s", target=SINK_TARGET, measure=_RUN.sink,
+             baseline="DataFrame -> discarding Arrow writer; local[2], start-up incl."),
+    Scenario(name="spark_source_redis", unit="rows/s", target=REDIS_VS_BROKER_TARGET,
+             measure=_RUN.redis_source,
+             baseline="spark_source: broker topic -> source -> noop, same run"),
+    Scenario(name="spark_sink_redis", unit="rows/s", target=SINK_TARGET, measure=_RUN.redis_sink,
              baseline="DataFrame -> discarding Arrow writer; local[2], start-up incl."),
 )

@@ -11,16 +11,23 @@ and the same three between in-memory Python data sources (``benchmarks._ceilings
 an in-memory streaming source with the same schema and batch sizes, a discarding Arrow
 writer), in the same session, right after the actorbus runs; three such repetitions,
 medians reported. Every row's payload differs (`payload_of`). The benchmarks call it.
+
+With a Redis (``ACTORBUS_BENCH_REDIS``, else a redis-server of its own, see
+`benchmarks._redis_pipeline.redis_url`) each repetition also times the source and the
+sink on a Redis topic (``option("redis", url)``): ``redis_source_`` (Redis topic ->
+source -> ``noop``) and ``redis_sink_`` (the cached frame -> batch sink -> Redis topic).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +155,41 @@ def _sink_frame(spark: Any, rows: int) -> Any:
     return frame
 
 
+def _redis_source_only(spark: Any, bus: Any, url: str, rows: int, workdir: Path,
+                       name: str) -> dict[str, Any]:
+    """Redis topic ``name`` -> source -> ``noop``; the rows acked count as moved."""
+    source = bus.create_topic(name, backend="redis", ack_timeout=None)
+    source.create_group("spark")
+    publisher = source.publisher()
+    for i in range(rows):
+        publisher.publish(payload_of(i))
+    publisher.flush(_TIMEOUT)
+    began = time.perf_counter()
+    _run_to_end(spark.readStream.format("actorbus").option("redis", url).option("topic", name)
+                .option("group", "spark").option("max_messages_per_batch", max(rows // 2, 1))
+                .load().writeStream.format("noop").trigger(availableNow=True)
+                .option("checkpointLocation", str(workdir / name)).start())
+    seconds = time.perf_counter() - began
+    source.join(_TIMEOUT)  # untimed: the last batch is acked by the progress listener
+    figures = _rate(rows, source.stats().delivered, seconds)
+    source.destroy()
+    return figures
+
+
+def _redis_sink_only(spark: Any, bus: Any, url: str, rows: int, name: str) -> dict[str, Any]:
+    """The cached frame -> batch sink -> Redis topic ``name``."""
+    sink = bus.create_topic(name, backend="redis", ack_timeout=None)
+    sink.create_group("sink")
+    frame = _sink_frame(spark, rows)
+    began = time.perf_counter()
+    frame.write.format("actorbus").option("redis", url).option("topic", name).mode("append").save()
+    seconds = time.perf_counter() - began
+    frame.unpersist()
+    figures = _rate(rows, sink.stats().published, seconds)
+    sink.destroy()
+    return figures
+
+
 def _ceilings(spark: Any, rows: int, workdir: Path) -> dict[str, Any]:
     """The three runs between in-memory sources and sinks (``ceiling_`` figures)."""
     memory = {"rows": str(rows), "batch": str(max(rows // 2, 1))}
@@ -197,13 +239,22 @@ def _latency(
 
 def _repetition(
     spark: Any, bus: Any, broker: dict[str, str], rows: int, workdir: Path, number: int,
+    redis: tuple[Any, str] | None,
 ) -> dict[str, Any]:
-    """Our three runs, then the three ceilings; the topics are removed afterwards."""
+    """Our runs (broker, then Redis), then the three ceilings; the topics are removed
+    afterwards."""
     source = _source_only(spark, bus, broker, rows, workdir, f"source-in-{number}")
     sink = _sink_only(spark, bus, broker, rows, f"sink-out-{number}")
     figures = _throughput(spark, bus, broker, rows, workdir, f"bench-{number}")
     figures |= {f"source_{k}": v for k, v in source.items()}
     figures |= {f"sink_{k}": v for k, v in sink.items()}
+    if redis is not None:
+        redis_bus, url = redis
+        run = uuid.uuid4().hex[:8]
+        redis_source = _redis_source_only(spark, redis_bus, url, rows, workdir, f"rsource-{run}")
+        redis_sink = _redis_sink_only(spark, redis_bus, url, rows, f"rsink-{run}")
+        figures |= {f"redis_source_{k}": v for k, v in redis_source.items()}
+        figures |= {f"redis_sink_{k}": v for k, v in redis_sink.items()}
     figures |= _ceilings(spark, rows, workdir)
     for name in (f"source-in-{number}", f"sink-out-{number}", f"bench-{number}-in",
                  f"bench-{number}-out"):
@@ -250,18 +301,38 @@ def measure_spark_throughput(
         spark = _session(master, workdir)
         register(spark)
         register_ceiling(spark)
-        with Bus() as bus, serve(bus, authkey=os.environ[authkey_env].encode()) as server:
+        with (Bus() as bus, serve(bus, authkey=os.environ[authkey_env].encode()) as server,
+              contextlib.ExitStack() as redis_stack):
             host, port = server.address
             broker = {"address": f"{host}:{port}", "authkey_env": authkey_env}
+            redis, missing = _redis(redis_stack)
             # The first query of a session pays for Python worker start-up, and the first
             # batch write for the driver's commit worker (~1 s): a small one of each first.
             _throughput(spark, bus, broker, 1000, workdir, "warmup")
             _sink_only(spark, bus, broker, 1000, "warmup-sink")
-            runs = [_repetition(spark, bus, broker, rows, workdir / f"run-{n}", n)
+            if redis is not None:
+                _redis_source_only(spark, redis[0], redis[1], 1000, workdir, "warmup-redis-source")
+                _redis_sink_only(spark, redis[0], redis[1], 1000, "warmup-redis-sink")
+            runs = [_repetition(spark, bus, broker, rows, workdir / f"run-{n}", n, redis)
                     for n in range(repeats)]
             result = _medians(runs) | {"repeats": repeats}
             result |= _latency(spark, bus, broker, workdir)
+            if missing is not None:
+                result["redis_missing"] = missing
     return result
+
+
+def _redis(stack: contextlib.ExitStack) -> tuple[tuple[Any, str] | None, str | None]:
+    """A bus on a Redis to measure on, held by ``stack``; else None and why not."""
+    from benchmarks._harness import Skip
+    from benchmarks._redis_pipeline import redis_url
+    from runtime import Bus
+
+    try:
+        url = stack.enter_context(redis_url())
+    except Skip as skip:
+        return None, str(skip)
+    return (stack.enter_context(Bus(redis=url)), url), None
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from . import (
     _pipeline_pool,
     _process_actors,
     _publisher_batching,
+    _redis_partitions,
     _redis_pipeline,
     _spark,
     _thread_actors,
@@ -47,6 +48,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     *_latency.SCENARIOS,
     *_memory.SCENARIOS,
     *_redis_pipeline.SCENARIOS,
+    *_redis_partitions.SCENARIOS,
     *_spark.SCENARIOS,
 )
 """Every scenario, in the order they run and print."""

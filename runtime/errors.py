@@ -207,7 +207,8 @@ class OrderingKeyPausedError(PublishError):
 
 
 class BrokerTimeoutError(BusError, TimeoutError):
-    """Connecting to a broker timed out: nothing accepted, or no handshake in time.
+    """A broker did not answer in time: nothing accepted the connection, no handshake,
+    or no reply to a call.
 
     Args:
         address: the broker's ``host:port``.

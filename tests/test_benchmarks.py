@@ -19,7 +19,7 @@ RUNTIME_SCENARIOS = ("pipeline_inproc", "pipeline_pool", "pipeline_tuned", "pipe
                      "fanout_cpu", "broadcast_fanout", "batching", "latency",
                      "memory_flow_control")
 REDIS_SCENARIOS = ("redis_pipeline",)
-SPARK_SCENARIOS = ("spark_source", "spark_sink")
+SPARK_SCENARIOS = ("spark_source", "spark_sink", "spark_source_redis", "spark_sink_redis")
 JSON_KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target"}
 NOT_YET = "runtime.spark measurement not available yet"
 

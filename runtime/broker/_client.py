@@ -172,7 +172,8 @@ class Channel:
                 this side does not allow. Nothing else happens; the channel stays usable.
             TypeError, ValueError: ``timeout`` is not a finite number or None (nothing
                 was sent).
-            TimeoutError: no reply in time (the connection is then closed).
+            BrokerTimeoutError: no reply in time (a `TimeoutError`; the connection is
+                then closed).
             ConnectionError: the connection is closed or broke.
         """
         check_timeout("timeout", timeout)
@@ -230,7 +231,8 @@ class Channel:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     self._break(connection)
-                    raise TimeoutError(f"broker did not answer {operation!r} within {timeout}s")
+                    raise BrokerTimeoutError(
+                        spelled(self.address), f"no answer to {operation!r} within {timeout}s")
                 if self._reading:
                     self._sleepers += 1
                     try:

@@ -10,6 +10,7 @@ holds the topic.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from runtime.broker._staged_rows import Stamped
 from runtime.core._block import join_envelopes
 from runtime.core._message import Message
-from runtime.core._topic_actor import batch_ids
+from runtime.core._topic_actor import BatchOutcome, batch_ids
 from runtime.errors import TopicClosedError, WouldBlock
 
 __all__ = ["WAIT_SLICE", "PublishWaiting", "dead_letter"]
@@ -88,14 +89,53 @@ class PublishWaiting:
 
     def publish_parts(
         self, topic: Any, datas: list[bytes], attributes: list[dict[str, str]],
-        keys: list[str | None],
-    ) -> list[str]:
-        """Publish a batch given as its parts; returns the ids in order."""
-        return self.wait_published(topic, len(datas), [
-            batch_ids(topic._publish_batches([(
-                datas[i:i + _PUBLISH_CHUNK], attributes[i:i + _PUBLISH_CHUNK],
-                keys[i:i + _PUBLISH_CHUNK])]))
-            for i in range(0, len(datas), _PUBLISH_CHUNK)])
+        keys: list[str | None], timeout: float | None,
+    ) -> tuple[list[str], BaseException | None]:
+        """Publish a batch given as its parts, waiting for room at most ``timeout``
+        seconds (None, and never more than, the server's ``publish_timeout``) from now.
+
+        Returns the outcome of every message: the ids of the published prefix, and why
+        the rest was refused (None when all were published). The deadline goes with the
+        batch into the topic (`Topic._publish_batches`), so the topic itself stops
+        waiting when it passes: nothing of the batch enters the topic once this returns
+        (see `_settled`).
+        """
+        budget = self._publish_timeout if timeout is None else min(timeout, self._publish_timeout)
+        deadline = time.monotonic() + budget
+        outcomes = topic._publish_batches([(datas, attributes, keys)], deadline=deadline)
+        ((ids, error),) = self._settled(outcomes, deadline, topic)
+        published = [] if ids is None else list(ids)
+        if isinstance(error, WouldBlock):
+            error = WouldBlock(
+                f"topic {topic.name!r} published {len(published)} of {len(datas)} messages "
+                f"within {budget}s; the rest were refused: {error}")
+        return published, error
+
+    def _settled(
+        self, outcomes: Future[list[BatchOutcome]], deadline: float, topic: Any,
+    ) -> list[BatchOutcome]:
+        """The outcomes of a batch published with ``deadline``, all final.
+
+        Waits in slices until the deadline (or until the server closes). A batch the
+        topic has not started on by then (its actor is busy, or behind other batches)
+        is cancelled, so it is never published (all of it refused); one it started on
+        is waited for: each of its waits for room ends at the deadline, so its outcome
+        follows at once.
+        """
+        while not self._stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return outcomes.result(timeout=min(remaining, WAIT_SLICE))
+            except TimeoutError:
+                continue
+        if outcomes.cancel():
+            if self._stopping.is_set():
+                return [(None, TopicClosedError(topic.name))]
+            held = topic.held_by() or "it did not take the batch in time"
+            return [(None, WouldBlock(f"topic {topic.name!r} did not start on the batch: {held}"))]
+        return outcomes.result()
 
     def wait_published(
         self, topic: Any, count: int, futures: list[Future[Sequence[str]]], *,

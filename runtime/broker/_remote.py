@@ -11,13 +11,21 @@ from runtime.broker._client import DEFAULT_CONNECT_TIMEOUT, Address, Channel, au
 from runtime.broker._protocol import plain_message, wire_types
 from runtime.broker._remote_subscription import RemotePullSubscription
 from runtime.broker._wire import DEFAULT_MAX_FRAME_SIZE
-from runtime.core._message import new_message
+from runtime.core._message import Message, new_message
 from runtime.core._settings import check_timeout
 from runtime.core.settlement._dead_letters import DeadLetter
+from runtime.errors import BrokerTimeoutError
 
 __all__ = ["RemoteBus", "RemoteTopic", "connect"]
 
 _PUBLISH_MARGIN = 60.0
+# The wait for room a remote Publisher's batch gets at the broker by default (the
+# server's own ``publish_timeout`` caps it).
+DEFAULT_BATCH_TIMEOUT = 60.0
+# How long past a batch's wait for room its Publisher waits for the broker's answer (the
+# broker answers once that wait ended): the call's and the answer's way across. Longer
+# rides out a slower link; shorter gives up sooner on a broker that stopped answering.
+ANSWER_GRACE = 10.0
 
 
 class RemoteBus:
@@ -152,17 +160,29 @@ class RemoteTopic:
             "publish", self.name, plain_message(message), key,
             dict(attributes) if attributes else None, timeout, timeout=reply_timeout))
 
-    def publisher(self, **options: Any) -> Any:
+    def publisher(self, *, publish_timeout: float = DEFAULT_BATCH_TIMEOUT, **options: Any) -> Any:
         """A `Publisher` batching on this side; each batch crosses as one frame.
 
         Takes the options of ``Topic.publisher`` (``batching``, ``flow_control``,
-        ``message_ordering``). Its actor runs in an actor system the `RemoteBus` owns.
+        ``message_ordering``), and ``publish_timeout``: how long the broker's topic may
+        hold one batch waiting for room (``max_pending``, a full group; the server's
+        own ``publish_timeout`` caps it). A batch still waiting then publishes the
+        messages before the one it waited for; their futures resolve with their ids,
+        the rest fail with `WouldBlock` and are never published. Its actor runs in an
+        actor system the `RemoteBus` owns.
+
+        Raises:
+            TypeError, ValueError: ``publish_timeout`` is not a finite number > 0.
         """
         from runtime.publisher._publisher import Publisher
 
+        check_timeout("publish_timeout", publish_timeout)
+        if publish_timeout is None or publish_timeout <= 0:
+            raise ValueError(f"publish_timeout must be a number of seconds > 0, got {publish_timeout!r}")
         channel = self._bus._open(reconnect=True)
         self._bus._adopt(channel)
-        publisher = Publisher(_BatchPath(self.name, channel), system=self._bus._actor_system(), **options)
+        path = _BatchPath(self.name, channel, publish_timeout)
+        publisher = Publisher(path, system=self._bus._actor_system(), **options)
         self._bus._adopt(publisher)
         return publisher
 
@@ -219,27 +239,68 @@ class RemoteDeadLetters:
 
 class _BatchPath:
     """The seam a `Publisher` sends batches through (`_publish_batches`, as to a local
-    topic): one ``publish_batch`` call per batch, each confirmed or failed alone."""
+    topic): one ``publish_batch`` call per batch, each resolved by the broker's answer.
 
-    def __init__(self, name: str, channel: Channel) -> None:
+    The broker and this side cannot disagree on a message: this side never decides a
+    batch on its own clock while the broker could still publish it, so a future fails
+    only where the broker said its message was not published, or where no word came at
+    all (last point).
+
+    - The call carries ``publish_timeout``. The broker's topic stops waiting for room
+      that long after the broker read the call (`Topic._publish_batches`' deadline; a
+      batch the topic has not started on by then is cancelled), and the broker then
+      answers with every message's outcome: the ids of the published prefix, the error
+      of the rest. Nothing of the batch enters the topic after that.
+    - This side waits for the answer ``publish_timeout + grace`` from sending:
+      the broker's deadline started later than its own, by the call's way across, and
+      the answer takes its way back; the grace covers both.
+    - Only when no answer comes even then (a dead link, a broker that stopped) does this
+      side fail the batch without the broker's word: `BrokerTimeoutError`, saying the
+      outcome is unknown; the connection is dropped. A connection that breaks
+      mid-call fails it the same way (`ConnectionError`).
+
+    Args:
+        name: the served topic.
+        channel: the Publisher's own connection.
+        publish_timeout: the wait for room each batch may have at the broker.
+        grace: how long past ``publish_timeout`` the answer is waited for (`ANSWER_GRACE`).
+    """
+
+    def __init__(
+        self, name: str, channel: Channel, publish_timeout: float = DEFAULT_BATCH_TIMEOUT,
+        grace: float = ANSWER_GRACE,
+    ) -> None:
         self.name = name
         self._channel = channel
+        self._publish_timeout = publish_timeout
+        self._grace = grace
 
     def _publish_batches(
         self, parts: Sequence[tuple[list[bytes], list[dict[str, str]], Sequence[str | None]]],
     ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]:
-        """Publish each batch with one call to the broker (blocks for the replies); a done
+        """Publish each batch with one call to the broker (blocks for the answers); a done
         future of their outcomes, in order."""
         outcomes: list[tuple[Sequence[str] | None, BaseException | None]] = []
         for datas, attributes, keys in parts:
-            messages = list(map(new_message, datas, attributes, keys))
-            try:
-                outcomes.append((self._channel.call("publish_batch", self.name, messages), None))
-            except Exception as exc:
-                outcomes.append((None, exc))
+            outcomes.append(self._publish(list(map(new_message, datas, attributes, keys))))
         future: Future[list[tuple[Sequence[str] | None, BaseException | None]]] = Future()
         future.set_result(outcomes)
         return future
+
+    def _publish(self, messages: list[Message]) -> tuple[Sequence[str] | None, BaseException | None]:
+        """One batch's outcome: ``(ids, None)``, ``(prefix ids, error)`` or ``(None, error)``."""
+        timeout, waited = self._publish_timeout, self._publish_timeout + self._grace
+        try:
+            ids, error = self._channel.call("publish_batch", self.name, messages, timeout, timeout=waited)
+        except BrokerTimeoutError as exc:
+            return None, BrokerTimeoutError(
+                exc.args[0], f"no answer to a batch of {len(messages)} messages within "
+                f"{waited}s: whether the broker published them is unknown")
+        except Exception as exc:
+            return None, exc
+        if error is None:
+            return ids, None
+        return (ids or None), error
 
 
 def _check_key_and_attributes(key: object, attributes: object) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.broker._protocol import plain_letter
+from runtime.broker._protocol import plain_letter, wire_error, wire_types
 from runtime.broker._publish_wait import PublishWaiting
 from runtime.broker._settle import ack_in_bulk
 from runtime.broker._staged_rows import StagedRows, Stamped
@@ -67,6 +67,7 @@ class BrokerService:
         self._clock = clock
         self._lock = threading.Lock()
         self._publishing = PublishWaiting(bus, publish_timeout=publish_timeout, clock=clock)
+        self._errors = wire_types()  # what an error in a batch's outcome may cross as
         self._leases: dict[LeaseKey, LeaseLog] = {}
         self._staging_limits = staging_limits
         self._staging: StagingArea[Stamped] = StagingArea(limits=staging_limits, clock=clock)
@@ -121,11 +122,26 @@ class BrokerService:
         """Republish topic ``name``'s dead letters (to ``target``, default the same topic)."""
         return int(self._bus.dead_letters(name).replay(topic=target))
 
-    def publish_batch(self, name: str, messages: list[Message]) -> list[str]:
-        """Publish `Message` objects as one batch; returns their ids in order."""
-        if not all(type(m) is Message for m in messages):
+    def publish_batch(
+        self, name: str, messages: list[Message], timeout: float | None = None,
+    ) -> tuple[list[str], BaseException | None]:
+        """Publish `Message` objects as one batch, waiting for room at most ``timeout``
+        seconds from now (None: the server's ``publish_timeout``, also the most).
+
+        Returns every message's outcome: the ids of the published prefix, in order, and
+        why the rest was refused (None: all were published; `WouldBlock` naming what held
+        the topic when time ran out). None of the rest is ever published later.
+
+        Raises:
+            TypeError: not a list of `Message` (nothing published).
+            TypeError, ValueError: ``timeout`` is not a finite number or None.
+        """
+        check_timeout("timeout", timeout)
+        if not isinstance(messages, list) or not all(type(m) is Message for m in messages):
             raise TypeError("publish_batch takes a list of Message")
-        return self._publishing.publish_parts(self._bus.topic(name), *parts_of(messages))
+        wait = None if timeout is None else max(timeout, 0.0)
+        ids, error = self._publishing.publish_parts(self._bus.topic(name), *parts_of(messages), wait)
+        return ids, None if error is None else wire_error(error, self._errors)
 
     def lease_position(self, name: str, group: str, consumer: str, lease_seconds: float) -> int:
         """The consumer's first unacked offset (where a fresh query starts)."""

@@ -63,7 +63,8 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="billing worker processes (default: the CPU count)")
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark stage")
     demo.add_argument("--redis", metavar="URL", default=None,
-                      help="run on backend='redis' topics of this Redis (redis://host:port/db); "
+                      help="run on backend='redis' topics of this Redis (redis://host:port/db, or "
+                      "redis+cluster://host:port for a cluster); "
                       "the Spark stage is skipped")
     demo.set_defaults(run=_run_demo)
     add_serve_command(commands)

@@ -52,7 +52,8 @@ def add_remote_commands(commands: Any) -> None:
 
 def _add_redis_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", default=None,
-                        help="read the backend='redis' topics of this Redis (redis://host:port/db) "
+                        help="read the backend='redis' topics of this Redis (redis://host:port/db, or "
+                        "redis+cluster://host:port for a cluster) "
                         "instead of a served broker")
 
 

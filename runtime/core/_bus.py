@@ -44,7 +44,9 @@ class Bus:
         system: run the actors here (the bus then never shuts it down).
         defaults: settings every `create_topic` starts from.
         redis: the connection of ``backend="redis"`` topics: a ``redis://`` URL or a
-            ``redis.Redis`` client (``redis`` is imported when the first such topic is made).
+            ``redis.Redis`` client, or for a Redis Cluster a ``redis+cluster://`` URL (any
+            node) or a ``redis.cluster.RedisCluster`` (``redis`` is imported when the first
+            such topic is made).
         allow: the user's plain classes a Redis topic's pickled bodies may name.
         clock: time source for ack deadlines (injectable for tests).
         sleep: the throttle's sleep (injectable for tests).
@@ -130,7 +132,8 @@ class Bus:
         """A ``backend="redis"`` topic on the bus's Redis (its lock held)."""
         if self._redis is None:
             raise InvalidSettingsError(
-                "redis", "backend='redis' needs a connection: Bus(redis=URL or redis.Redis)")
+                "redis", "backend='redis' needs a connection: "
+                "Bus(redis=URL, redis.Redis or RedisCluster)")
         from runtime.redis import Codec, Connection, RedisTopic
 
         if self._redis_backend is None:

@@ -192,19 +192,23 @@ class PublishPath:
 
     def publish_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: Sequence[str | None],
+        deadline: float | None = None,
     ) -> Sequence[str]:
         """A Publisher batch, as parallel lists: the whole chain for each message.
 
-        Returns the ids in order (spelled when read). Blocks on backpressure (no bound;
-        closing the topic wakes it).
+        Returns the ids in order (spelled when read). Blocks on backpressure until
+        ``deadline`` (``time.monotonic()`` based; None: no bound; closing the topic
+        wakes it).
 
         Raises:
-            PartlyPublished: the topic closed after accepting part of the batch (the
-                accepted prefix's ids and the refusal; the rest never entered it).
+            PartlyPublished: the topic closed, or the deadline passed, after accepting
+                part of the batch (the accepted prefix's ids and the refusal; the rest
+                never entered it: not counted, not pending, no ``max_pending`` slot).
             TopicClosedError, MessageTypeError: nothing of the batch was accepted.
+            WouldBlock: the deadline passed before any of the batch was accepted.
             TypeError: a key is not a str or None (nothing of the batch is published).
         """
-        return self.publish_envelopes(self.stamp_parts(datas, attributes, keys))
+        return self.publish_envelopes(self.stamp_parts(datas, attributes, keys), deadline)
 
     def stamp_parts(
         self, datas: list[bytes], attributes: list[dict[str, str]], keys: Sequence[str | None],
@@ -219,19 +223,22 @@ class PublishPath:
         self.check_datas(datas)
         return self.envelopes(datas, attributes, keys)
 
-    def publish_envelopes(self, envelopes: Sequence[Envelope]) -> Sequence[str]:
-        """Steps 3-5 for envelopes of `stamp_parts`: returns their ids in order.
+    def publish_envelopes(
+        self, envelopes: Sequence[Envelope], deadline: float | None = None,
+    ) -> Sequence[str]:
+        """Steps 3-5 for envelopes of `stamp_parts`: returns their ids in order. Every
+        wait for room ends at ``deadline`` (None: no bound).
 
         Raises:
-            PartlyPublished, TopicClosedError: as `publish_parts`.
+            PartlyPublished, TopicClosedError, WouldBlock: as `publish_parts`.
         """
         if self._ledger.closed:
             raise TopicClosedError(self._topic)
         settings = self._settings
         if settings.max_pending is None or not settings.throttle:
-            accepted, error = self._publish_chunks(envelopes)
+            accepted, error = self._publish_chunks(envelopes, deadline)
         else:
-            accepted, error = self._publish_each(envelopes)
+            accepted, error = self._publish_each(envelopes, deadline)
         if error is None:
             return ids_of(envelopes)
         if accepted:
@@ -255,9 +262,12 @@ class PublishPath:
             least = min(least, group.gate.free(keyed))
         return max(chunk, least)
 
-    def _publish_chunks(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
+    def _publish_chunks(
+        self, envelopes: Sequence[Envelope], deadline: float | None,
+    ) -> tuple[int, BaseException | None]:
         """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
-        rest were refused (None: none was).
+        rest were refused (None: none was; `WouldBlock` once ``deadline`` passed while
+        waiting for room: the chunk waited on takes nothing, see `fan_out`).
 
         A chunk fits both a group's queue and (for a blocking ring) the ring, or the room
         there is now (`room`); with ``max_pending``, it is as many as there are free slots
@@ -273,9 +283,9 @@ class PublishPath:
             count = min(size, len(envelopes) - start)
             try:
                 if max_pending is not None:
-                    count = self._ledger.take_slots(count, max_pending)
+                    count = self._ledger.take_slots(count, max_pending, deadline)
                 chunk = envelopes[start:start + count]
-                self.fan_out(chunk, keys_of(chunk), None, max_pending is not None, None)
+                self.fan_out(chunk, keys_of(chunk), None, max_pending is not None, deadline)
             except Oversized:
                 fitted = True  # nothing was taken: again, in chunks that fit the ring
                 continue
@@ -284,11 +294,13 @@ class PublishPath:
             start += count
         return start, None
 
-    def _publish_each(self, envelopes: Sequence[Envelope]) -> tuple[int, BaseException | None]:
+    def _publish_each(
+        self, envelopes: Sequence[Envelope], deadline: float | None,
+    ) -> tuple[int, BaseException | None]:
         """`_publish_chunks` one message at a time, each through the throttle."""
         for index, envelope in enumerate(envelopes):
             try:
-                self.fan_out((envelope,), (envelope[KEY],), None, self.admit(None), None)
+                self.fan_out((envelope,), (envelope[KEY],), None, self.admit(deadline), deadline)
             except (WouldBlock, TopicClosedError) as exc:
                 return index, exc
         return len(envelopes), None

@@ -4,7 +4,8 @@ A letter goes back, as a new attempt of the same message id, only to the destina
 failed it: its balanced group, or its broadcast subscriber. Destinations that settled the
 message (acked or not) never see it again. A letter whose destination is gone is
 dead-lettered again as ``unsubscribed``; one no destination took (``no_subscribers``, or
-refused on its way in) is published to the topic anew.
+refused on its way in) is published to the topic anew. The letters of one message that
+are out at once travel under one sequence number and count as one message in the books.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class Replay:
             return
         envelope = self._envelope(letter)
         if letter.group is not None:
-            self._ledger.reserve([envelope], 1, None, False)
+            self._ledger.reserve_replay(envelope, letter.message_id)
             # The redelivery path: back to the group with attempt + 1, or settled
             # ``unsubscribed`` (``closed``) when the group is gone (the topic closed).
             self._subscribers.redeliver(
@@ -68,7 +69,7 @@ class Replay:
                                  letter.reason, letter.error),
             )
             return
-        reserve = self._reserver(envelope)
+        reserve = self._reserver(envelope, letter.message_id)
         if not self._ring.replay(letter.subscriber_id, envelope, letter.attempts + 1, reserve):
             reserve()
             self._ledger.settle([Delivery.settled(
@@ -89,12 +90,12 @@ class Replay:
         else:
             self._path.publish_one(message, letter.key, letter.attributes, None)
 
-    def _reserver(self, envelope: Envelope) -> Callable[[], None]:
-        return lambda: self._ledger.reserve([envelope], 1, None, False)
+    def _reserver(self, envelope: Envelope, message_id: str) -> Callable[[], None]:
+        return lambda: self._ledger.reserve_replay(envelope, message_id)
 
     def _envelope(self, letter: DeadLetter) -> Envelope:
         message: Any = letter.message
-        seq = next(self._seqs)
+        seq = self._ledger.replay_seq(letter.message_id, self._seqs)
         if isinstance(message, Message):
             return (seq, letter.message_id, message.data, letter.key, letter.attributes,
                     self._topic, message.publish_time)

@@ -233,7 +233,9 @@ class Topic(Generic[T]):
             self._publishers.append(publisher)
         return publisher
 
-    def _publish_batches(self, batches: Sequence[Batch]) -> Future[list[BatchOutcome]]:
+    def _publish_batches(
+        self, batches: Sequence[Batch], *, deadline: float | None = None,
+    ) -> Future[list[BatchOutcome]]:
         """Publish ``batches`` in order, in one mailbox message: the one way a batch
         enters the topic (Publisher, broker, Spark sink).
 
@@ -241,14 +243,21 @@ class Topic(Generic[T]):
         or a `Block` from `_stamp_parts`. Never blocks. The future never fails: it
         resolves, in the topic's thread (at once when the topic is closed), with one
         `BatchOutcome` per batch in order: ``(ids, None)`` once the whole batch was
-        accepted; ``(ids, error)`` when only a prefix was (the topic closed); ``(None,
-        error)`` when none was (closed, or a check refused this batch: the others are
-        published all the same).
+        accepted; ``(ids, error)`` when only a prefix was (the topic closed, or the
+        deadline passed); ``(None, error)`` when none was (closed, the deadline, or a
+        check refused this batch: the others are published all the same).
+
+        ``deadline`` (``time.monotonic()`` based; None: no bound, the Publisher's case)
+        ends every wait for room (``max_pending``, a full ``block`` group, a blocking
+        ring): a batch still waiting then stops at the message it waited for, and the
+        rest is refused with `WouldBlock`, leaving nothing behind (not counted, not
+        pending, no slot held). Cancelling the future while the topic has not started
+        on it (``cancel()`` returns True) publishes none of the batches.
         """
         future: Future[list[BatchOutcome]] = Future()
         with self._state_lock:
             if not (self._ledger.closed or self._torn_down):
-                self._actor.tell(PublishBatches(batches, future))
+                self._actor.tell(PublishBatches(batches, future, deadline))
                 return future
         future.set_result([(None, TopicClosedError(self._name))] * len(batches))
         return future

@@ -41,10 +41,12 @@ _REFUSALS = (TypeError, MessageTypeError)
 @dataclass(frozen=True, slots=True)
 class PublishBatches:
     """The topic actor's one message: ``batches`` in order; ``future`` resolves with
-    each batch's `BatchOutcome`, in order (it never fails)."""
+    each batch's `BatchOutcome`, in order (it never fails). ``deadline``
+    (``time.monotonic()`` based) ends every wait for room; None: no bound."""
 
     batches: Sequence[Batch]
     future: Future[list[BatchOutcome]]
+    deadline: float | None = None
 
 
 class TopicActor(Actor):
@@ -69,30 +71,31 @@ class TopicActor(Actor):
     def on_receive(self, message: Any) -> Any:
         """Take one `PublishBatches`; a failure goes to its outcomes, never to the actor."""
         if isinstance(message, PublishBatches) and message.future.set_running_or_notify_cancel():
-            message.future.set_result(self._publish(message.batches))
+            message.future.set_result(self._publish(message.batches, message.deadline))
         return None
 
-    def _publish(self, batches: Sequence[Batch]) -> list[BatchOutcome]:
+    def _publish(self, batches: Sequence[Batch], deadline: float | None) -> list[BatchOutcome]:
         """Each batch's outcome, in order: runs of parts together while they fit the room
-        (without keys, the room any member may fill), stamped blocks alone."""
+        (without keys, the room any member may fill), stamped blocks alone; waits for
+        room end at ``deadline``."""
         outcomes: list[BatchOutcome] = []
         keyed = any(type(b) is not Block and b[2].count(None) != len(b[2]) for b in batches)
         start = 0
         while start < len(batches):
             first = batches[start]
             if type(first) is Block:
-                outcomes.append(_published_alone(self._path, first))
+                outcomes.append(_published_alone(self._path, first, deadline))
                 start += 1
                 continue
             end = _fitting(batches, start, self._path.room(keyed))
-            outcomes += _publish_together(self._path, batches[start:end])  # type: ignore[arg-type]
+            outcomes += _publish_together(self._path, batches[start:end], deadline)  # type: ignore[arg-type]
             start = end
         return outcomes
 
 
-def _published_alone(path: PublishPath, block: Block) -> BatchOutcome:
+def _published_alone(path: PublishPath, block: Block, deadline: float | None) -> BatchOutcome:
     try:
-        return path.publish_envelopes(block), None
+        return path.publish_envelopes(block, deadline), None
     except PartlyPublished as partial:
         return partial.ids, partial.error
     except BaseException as exc:
@@ -111,7 +114,9 @@ def _fitting(parts: Sequence[Batch], start: int, chunk: int) -> int:
     return end
 
 
-def _publish_together(path: PublishPath, parts: Sequence[Parts]) -> list[BatchOutcome]:
+def _publish_together(
+    path: PublishPath, parts: Sequence[Parts], deadline: float | None,
+) -> list[BatchOutcome]:
     """Publish batches as one run of messages; each gets its own ids, or, for the batch
     the topic stopped accepting in, the accepted prefix and the refusal, and the
     refusal for every batch after it. A check that refuses the run before any of it was
@@ -127,13 +132,13 @@ def _publish_together(path: PublishPath, parts: Sequence[Parts]) -> list[BatchOu
         keys = _merged_keys([batch_keys for _, _, batch_keys in parts])
     error: BaseException | None = None
     try:
-        ids = path.publish_parts(datas, attributes, keys)
+        ids = path.publish_parts(datas, attributes, keys, deadline)
     except PartlyPublished as partial:
         ids, error = partial.ids, partial.error
     except _REFUSALS as exc:
         if len(parts) == 1:
             return [(None, exc)]
-        return [outcome for part in parts for outcome in _publish_together(path, [part])]
+        return [outcome for part in parts for outcome in _publish_together(path, [part], deadline)]
     except BaseException as exc:
         ids, error = [], exc
     if error is None and len(parts) == 1:

@@ -7,48 +7,48 @@ Callers (the `Publisher` handle) reach it through its mailbox:
 - `SendNow` closes every open batch (a publish about to block in flow control) unless
   the batches in flight hold more messages (see `_relieve`);
 - `Flush` does the same and answers once every batch closed so far has settled;
-- `Tick` comes from the ticker at the earliest batch deadline;
-- `RunDone` comes back from the topic's future, once per run of batches sent together
-  (a run), with an outcome per batch;
+- `Tick` comes from the `Ticker`, the Publisher's one scheduler (a thread), at the
+  earliest batch deadline;
+- the topic's future of a run of batches sent together comes back itself (its done
+  callback is the actor's ``tell``), with an outcome per batch;
 - `SetOptions` and `Resume` are asks.
 
 Every message's capacity is released, and its future resolved, exactly once, in
 `_settle`: on confirmation, failure, a paused key or a stop. Each batch of a run is
 confirmed or failed on its own outcome. Each future is the one its ``publish``
 returned, never handed to another message.
+
+The module also holds what the actor is reached through: its mailbox messages (all
+immutable), the topic seam it publishes through (`BatchTopic`) and its `Ticker`.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
-from actors import Actor, Ref
+from actors import Actor
+from runtime.core._topic_actor import Parts
 from runtime.errors import OrderingKeyPausedError, PublishError
 from runtime.publisher._batching import Batch, Batcher, BatchSettings
 from runtime.publisher._flow_control import FlowGate
 from runtime.publisher._flush import FlushBarriers
 from runtime.publisher._intake import Accepted, Intake, fail_slice, resolve_slice
-from runtime.publisher._messages import (
-    BatchTopic,
-    Drain,
-    Flush,
-    Resume,
-    RunDone,
-    SendNow,
-    SetOptions,
-    Tick,
-    checked,
-)
 from runtime.publisher._sequencer import KeySequencer
-from runtime.publisher._ticker import Ticker
 
-__all__ = ["RUN", "SEND_WINDOW", "PublisherActor"]
+__all__ = [
+    "RUN", "SEND_WINDOW", "BatchTopic", "Drain", "Flush", "Outcome", "PublisherActor", "Resume",
+    "SendNow", "SetOptions", "Tick", "Ticker",
+]
+
+log = logging.getLogger(__name__)
 
 # Unkeyed batches in flight to the topic at once. Beyond it, closed batches wait here;
 # without a window a fast publisher parks its whole backlog in the topic's mailbox.
@@ -56,6 +56,130 @@ SEND_WINDOW = 32
 # Batches sent to a local topic in one mailbox message at most; the topic reports each
 # batch's outcome on its own, so a run saves mail, never merges fates.
 RUN = 16
+
+
+# What the topic says of one batch: its ids, or the failure (with ids: only a prefix of
+# the batch was accepted).
+Outcome = tuple["Sequence[str] | None", "BaseException | None"]
+
+
+class BatchTopic(Protocol):
+    """What a Publisher needs from a topic: its name and the topic's one batch call.
+
+    ``_publish_batches(parts)`` takes batches as the parallel lists the Publisher keeps
+    (``(datas, attributes, keys)``) and returns a future of one ``(ids, error)`` outcome
+    per batch, in order (a local `Topic`, a Redis topic and a remote topic alike).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def _publish_batches(self, parts: Sequence[Parts]) -> Future[list[Outcome]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Tell: the intake went from empty to non-empty; batch what it holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendNow:
+    """Tell: close every open batch now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Tell, from the ticker: a batch deadline has passed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flush:
+    """Tell: close every open batch; resolve ``done`` once every closed batch settled."""
+
+    done: Future[None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetOptions:
+    """Ask: apply new (already validated) batch thresholds and the ordering switch."""
+
+    batching: BatchSettings
+    message_ordering: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """Ask: lift the pause on an ordering key."""
+
+    key: str
+
+
+# Upper bound of one wait, so a ticker with an injected clock keeps re-reading it.
+_MAX_WAIT = 0.25
+
+
+class Ticker:
+    """A thread that calls ``tick`` once the clock reaches the earliest scheduled deadline.
+
+    Args:
+        tick: called from the ticker's thread, without locks held; must not block.
+        clock: the time source deadlines are read against.
+        name: the thread's name.
+    """
+
+    def __init__(
+        self,
+        tick: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "publisher-ticker",
+    ) -> None:
+        self._tick = tick
+        self._clock = clock
+        self._condition = threading.Condition(threading.Lock())
+        self._deadline: float | None = None
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def schedule(self, deadline: float) -> None:
+        """Ask for a tick at ``deadline`` (a clock reading); the earliest request wins."""
+        with self._condition:
+            if self._deadline is None or deadline < self._deadline:
+                self._deadline = deadline
+                self._condition.notify()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop the thread and wait up to ``timeout`` seconds for it to end."""
+        with self._condition:
+            self._stopped = True
+            self._condition.notify()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        """Until stopped: wait for the deadline to pass, consume it, call ``tick``."""
+        condition = self._condition
+        while True:
+            with condition:
+                while True:
+                    if self._stopped:
+                        return
+                    if self._deadline is None:
+                        condition.wait(_MAX_WAIT)
+                        continue
+                    remaining = self._deadline - self._clock()
+                    if remaining <= 0:
+                        self._deadline = None
+                        break
+                    condition.wait(min(remaining, _MAX_WAIT))
+            try:
+                self._tick()
+            except Exception:
+                log.exception("publisher tick failed")
 
 
 class PublisherActor(Actor):
@@ -92,18 +216,20 @@ class PublisherActor(Actor):
         self._batcher = Batcher(batching, clock=clock)
         self._sequencer = KeySequencer()
         self._outstanding: dict[int, Batch] = {}  # closed, not yet settled
-        # Sent: the topic's future, or the run the batch went in.
-        self._in_flight: dict[int, Future[Sequence[str]] | list[int]] = {}
+        self._in_flight = 0  # messages of the batches sent and not yet settled
+        # Runs sent, by the topic's future of their outcomes: the future comes back as mail.
+        self._runs: dict[Future[list[Outcome]], list[Batch]] = {}
         self._outbox: list[Batch] = []  # ready: sent when the current mail is handled
         self._held: deque[Batch] = deque()  # unkeyed batches waiting for the send window
         self._unkeyed_in_flight = 0
         self._barriers = FlushBarriers()
         self._tick_at: float | None = None
         self._ticker: Ticker | None = None
-        self._self_ref: Ref | None = None
+        self._tell: Callable[[Any], None] = lambda message: None  # the own ref's, once started
 
     def on_start(self) -> None:
-        self._self_ref = ref = self.ref
+        ref = self.ref
+        self._tell = ref.tell
         self._ticker = Ticker(partial(ref.tell, _TICK), clock=self._clock,
                               name=f"{ref.name}-ticker")
         self._ticker.start()
@@ -117,7 +243,7 @@ class PublisherActor(Actor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Drain):
             self._drain()
-        elif isinstance(message, RunDone):
+        elif isinstance(message, Future):
             self._run_done(message)
         elif isinstance(message, Tick):
             self._tick()
@@ -140,11 +266,14 @@ class PublisherActor(Actor):
 
     # Batching.
 
-    def _drain(self) -> None:
+    def _drain(self, ordering: bool | None = None) -> None:
         """Add what the intake holds to the open batches of its lanes, in publish order
-        per lane; a paused key's messages fail here."""
+        per lane; a paused key's messages fail here. With ``ordering``, the intake gathers
+        later publishes by that switch (taken and switched in one hold of the lock)."""
         with self._gate.lock:
             runs = self._intake.take()
+            if ordering is not None:
+                self._intake.reopen(ordering)
         if not runs:
             return
         if not self._ordering:
@@ -184,8 +313,7 @@ class PublisherActor(Actor):
         """A publish waits for capacity: send the open batches unless those in flight hold
         more (their confirmations free it sooner, and open batches keep filling instead of
         leaving in slivers). Each confirmation while one waits checks again."""
-        in_flight = sum(len(self._outstanding[batch_id]) for batch_id in self._in_flight)
-        if in_flight <= self._batcher.open_messages():
+        if self._in_flight <= self._batcher.open_messages():
             self._close_all()
 
     def _close_all(self) -> None:
@@ -199,12 +327,16 @@ class PublisherActor(Actor):
         ready = batch if batch.key is None else self._sequencer.submit(batch)
         if ready is None:
             return
-        if ready.key is None and self._unkeyed_in_flight >= SEND_WINDOW:
-            self._held.append(ready)
-            return
-        self._send(ready)
+        if ready.key is None:
+            if self._unkeyed_in_flight >= SEND_WINDOW:
+                self._held.append(ready)
+                return
+            self._unkeyed_in_flight += 1
+        self._outbox.append(ready)
 
     def _set_options(self, options: SetOptions) -> None:
+        # What the intake gathered under the old switch is batched under it.
+        self._drain(options.message_ordering)
         self._ordering = options.message_ordering
         for batch in self._batcher.update(options.batching):
             self._close(batch)
@@ -212,61 +344,58 @@ class PublisherActor(Actor):
 
     # Sending.
 
-    def _send(self, batch: Batch) -> None:
-        """Count ``batch`` as in flight; it leaves with the others made ready by the
-        same mail (`_send_outbox`)."""
-        if batch.key is None:
-            self._unkeyed_in_flight += 1
-        self._outbox.append(batch)
-
     def _send_outbox(self) -> None:
-        """Send the ready batches: the Publisher's one call into the topic.
+        """Send the batches made ready by the current mail: the Publisher's one call into
+        the topic.
 
         The topic takes runs of up to `RUN` batches (`_publish_batches`: one call and one
-        future each); the future's outcomes come back as one `RunDone`.
+        future each); the future comes back to this actor as mail once done.
         """
         batches, self._outbox = self._outbox, []
-        ref = self._self_ref
-        assert ref is not None
         for start in range(0, len(batches), RUN):
             run = batches[start:start + RUN]
-            sent = list(map(_ID, run))  # a new list per run: its identity marks the reply
+            parts = []
             for batch in run:
-                self._in_flight[batch.id] = sent
-            parts = [(batch.datas, batch.attributes, batch.keys) for batch in run]
+                parts.append((batch.datas, batch.attributes, batch.keys))
+                self._in_flight += len(batch.datas)
             try:
                 outcomes = self._topic._publish_batches(parts)
             except Exception as exc:  # a topic should answer with the failure; tolerate a raise
-                _tell_run_done(ref, sent, [(None, exc)] * len(parts))
-                continue
-            outcomes.add_done_callback(partial(_tell_outcomes, ref, sent, len(parts)))
+                outcomes = Future()
+                outcomes.set_result([(None, exc)] * len(run))
+            self._runs[outcomes] = run
+            outcomes.add_done_callback(self._tell)
 
-    def _run_done(self, done: RunDone) -> None:
-        """Finish a run's batches, each on its own outcome."""
-        for batch_id, (ids, error) in zip(done.run, done.outcomes, strict=True):
-            if self._in_flight.get(batch_id) is not done.run:  # as in `_batch_done`
-                continue
-            self._finish(batch_id, *checked(ids, error, len(self._outstanding[batch_id].datas)))
+    def _run_done(self, outcomes: Future[list[Outcome]]) -> None:
+        """A run's outcomes came back: settle each of its batches on its own outcome and
+        send what each held back (the next batch of its key, a held unkeyed batch)."""
+        run = self._runs.pop(outcomes, None)
+        if run is None:  # abandoned meanwhile (a failed actor's restart)
+            return
+        try:
+            results = outcomes.result()
+        except BaseException as exc:  # a topic should not fail the future: fail the run
+            results = [(None, exc)] * len(run)
+        for batch, (ids, error) in zip(run, results, strict=True):
+            if error is None and (ids is None or len(ids) != len(batch.datas)):
+                count = "no" if ids is None else len(ids)
+                ids, error = None, PublishError(
+                    f"topic returned {count} ids for {len(batch.datas)} messages", 13)
+            self._in_flight -= len(batch.datas)
+            self._settle(batch, ids, error)
+            key = batch.key
+            if key is None:
+                self._unkeyed_in_flight -= 1
+                if self._held:
+                    self._close(self._held.popleft())
+            elif error is None:
+                following = self._sequencer.complete(key)
+                if following is not None:
+                    self._outbox.append(following)
+            else:
+                self._pause(key)
         if self._gate.congested:
             self._relieve()
-
-    def _finish(self, batch_id: int, ids: Sequence[str] | None, error: BaseException | None) -> None:
-        """A sent batch is confirmed (``ids``) or failed: settle it, send what it held back."""
-        del self._in_flight[batch_id]
-        batch = self._outstanding[batch_id]
-        self._settle(batch, ids, error)
-        key = batch.key
-        if key is None:
-            self._unkeyed_in_flight -= 1
-            if self._held:
-                self._send(self._held.popleft())
-            return
-        if error is None:
-            following = self._sequencer.complete(key)
-            if following is not None:
-                self._send(following)
-        else:
-            self._pause(key)
 
     # Settling.
 
@@ -316,7 +445,9 @@ class PublisherActor(Actor):
             runs = self._intake.seal() if final else self._intake.take()
         _fail_runs(self._gate, runs, error)  # admitted, never batched
         self._sequencer.drain()
-        self._in_flight.clear()
+        self._runs.clear()
+        self._in_flight = 0
+        self._unkeyed_in_flight = 0
         self._held.clear()  # still in _outstanding: settled below
         self._outbox.clear()
         for batch in [*self._batcher.drain(), *self._outstanding.values()]:
@@ -336,24 +467,4 @@ def _given(error: BaseException | None) -> BaseException:
     return error
 
 
-def _tell_outcomes(
-    ref: Ref, run: list[int], count: int,
-    outcomes: Future[list[tuple[Sequence[str] | None, BaseException | None]]],
-) -> None:
-    """The topic's future of a run is done: its outcomes to the actor (a future that failed,
-    which a topic should not let happen, fails every batch of the run)."""
-    try:
-        resolved = outcomes.result()
-    except BaseException as exc:
-        resolved = [(None, exc)] * count
-    _tell_run_done(ref, run, resolved)
-
-
-def _tell_run_done(
-    ref: Ref, run: list[int], outcomes: list[tuple[Sequence[str] | None, BaseException | None]],
-) -> None:
-    ref.tell(RunDone(run=run, outcomes=outcomes))
-
-
 _TICK = Tick()
-_ID = attrgetter("id")

@@ -90,16 +90,6 @@ class Batch:
         self.slices: list[Slice] = []
         self.size = 0
 
-    def extend(self, run: Accepted, start: int, end: int, size: int) -> None:
-        """Append messages ``start`` to ``end - 1`` of ``run`` (``size`` bytes in all)."""
-        datas, attributes, key, sink, first, _ = run
-        count = end - start
-        self.datas += datas if count == len(datas) else datas[start:end]
-        self.attributes += (attributes,) * count
-        self.keys += (key,) * count
-        self.slices.append((sink, first + start, count))
-        self.size += size
-
     def __len__(self) -> int:
         return len(self.datas)
 
@@ -149,21 +139,28 @@ class Batcher:
         closed: list[Batch] = []
         batch = self._open.get(key)
         for run in runs:
-            sizes = run[5]
+            datas, attributes, run_key, sink, first, sizes = run
             start, count = 0, len(sizes)
             while start < count:
                 if batch is None:
-                    batch = self._open[key] = self._new(key)
+                    self._last_id += 1
+                    batch = self._open[key] = Batch(id=self._last_id, key=key,
+                                                    created_at=self._clock())
                 end = min(count, start + per_batch - len(batch.datas))
-                size = sum(sizes) if end - start == count else sum(sizes[start:end])
+                whole = end - start == count
+                size = sum(sizes) if whole else sum(sizes[start:end])
                 if size >= max_bytes - batch.size:  # a byte threshold falls in the slice
                     end, size = _fit(sizes, start, end, max_bytes - batch.size,
                                      empty=not batch.datas)
-                took = end > start
-                if took:
-                    batch.extend(run, start, end, size)
+                    whole = end - start == count
+                if end > start:  # the messages start to end - 1 join the batch
+                    batch.datas += datas if whole else datas[start:end]
+                    batch.attributes += (attributes,) * (end - start)
+                    batch.keys += (run_key,) * (end - start)
+                    batch.slices.append((sink, first + start, end - start))
+                    batch.size += size
                     start = end
-                if not took or len(batch.datas) >= per_batch or batch.size >= max_bytes:
+                if start < count or len(batch.datas) >= per_batch or batch.size >= max_bytes:
                     del self._open[key]  # full, or the next message would overflow it
                     closed.append(batch)
                     batch = None
@@ -209,10 +206,6 @@ class Batcher:
         for batch in full:
             del self._open[batch.key]
         return full
-
-    def _new(self, key: str | None) -> Batch:
-        self._last_id += 1
-        return Batch(id=self._last_id, key=key, created_at=self._clock())
 
 
 def _fit(sizes: Sequence[int], start: int, end: int, room: int, *, empty: bool) -> tuple[int, int]:

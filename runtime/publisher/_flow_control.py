@@ -1,4 +1,4 @@
-"""Publisher flow control: the gate that bounds outstanding messages and bytes.
+"""Publisher flow control: its settings (`FlowControl`) and the gate that applies them.
 
 A message is *outstanding* from its admission in ``Publisher.publish`` until the topic
 confirms it, fails it, or the publisher gives up on it (paused key, close). The gate
@@ -8,16 +8,78 @@ the Publisher actor releases it, once per message, when the message's future res
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from runtime.errors import FlowControlError
-from runtime.publisher._flow_settings import FlowControl
+from runtime.errors import FlowControlError, PublishError
 
-__all__ = ["FlowControl", "FlowGate"]
+__all__ = ["FlowControl", "FlowGate", "LimitExceeded"]
+
+LimitExceeded = Literal["block", "error", "ignore"]
+
+_LIMIT_BEHAVIOURS = ("block", "error", "ignore")
+
+
+def _invalid(setting: str, detail: str, value: object) -> PublishError:
+    return PublishError(f"Invalid flow control setting {setting}: {detail}, got {value!r}", 3)
+
+
+def _check_limit(setting: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid(setting, "must be None or an int >= 1", value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowControl:
+    """How many messages and bytes a Publisher may hold unconfirmed.
+
+    Attributes:
+        max_outstanding_messages: None (unlimited) or the most messages accepted but
+            not yet confirmed.
+        max_outstanding_bytes: None (unlimited) or the most bytes (``Message.size``)
+            accepted but not yet confirmed.
+        limit_exceeded: ``"block"`` waits first-come first-served, ``"error"`` raises
+            `FlowControlError` at once, ``"ignore"`` never limits.
+        block_timeout: None (wait as long as it takes) or the seconds (finite, >= 0)
+            a blocked publish waits before it raises `FlowControlError`.
+
+    Raises:
+        PublishError: code 3 when a value is out of range.
+    """
+
+    max_outstanding_messages: int | None = None
+    max_outstanding_bytes: int | None = None
+    limit_exceeded: LimitExceeded = "block"
+    block_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_limit("max_outstanding_messages", self.max_outstanding_messages)
+        _check_limit("max_outstanding_bytes", self.max_outstanding_bytes)
+        if self.limit_exceeded not in _LIMIT_BEHAVIOURS:
+            raise _invalid("limit_exceeded", "must be 'block', 'error' or 'ignore'",
+                           self.limit_exceeded)
+        timeout = self.block_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or timeout < 0
+        ):
+            raise _invalid("block_timeout", "must be None or a finite number >= 0", timeout)
+
+    @property
+    def limited(self) -> bool:
+        """True when some limit applies (a limit is set and the behaviour is not ignore)."""
+        return self.limit_exceeded != "ignore" and (
+            self.max_outstanding_messages is not None or self.max_outstanding_bytes is not None
+        )
+
 
 _MESSAGES_EXCEEDED = "Flow control: max outstanding messages exceeded"
 _BYTES_EXCEEDED = "Flow control: max outstanding bytes exceeded"
@@ -56,6 +118,8 @@ class FlowGate:
         self._messages = 0
         self._bytes = 0
         self._waiters: deque[_Waiter] = deque()
+        # True while some acquire is blocked: set under `lock`, read without it as a hint.
+        self.congested = False
         self._closed: Callable[[], BaseException] | None = None
         self._apply(settings)
 
@@ -68,11 +132,6 @@ class FlowGate:
     def outstanding_locked(self) -> tuple[int, int]:
         """`outstanding` for a caller that holds `lock`."""
         return self._messages, self._bytes
-
-    @property
-    def congested(self) -> bool:
-        """True while some acquire is blocked (a lock-free hint)."""
-        return bool(self._waiters)
 
     @property
     def waiting(self) -> int:
@@ -107,13 +166,26 @@ class FlowGate:
             self._bytes += nbytes
             return end
         for index in range(start, end):  # one by one, up to the first that does not fit
-            if self._messages >= self._max_messages or (
-                self._bytes + sizes[index] > self._max_bytes
-            ):
+            if not self.admit_one(sizes[index]):
                 return index
-            self._messages += 1
-            self._bytes += sizes[index]
         return end
+
+    def admit_one(self, size: int) -> bool:
+        """Admit one message of ``size`` bytes if it fits with nobody waiting; the caller
+        holds `lock`. False when it must go through `acquire` instead.
+
+        Raises:
+            BaseException: the error `close` was given, once the gate is closed.
+        """
+        if self._closed is not None:
+            raise self._closed()
+        if self._waiters or self._messages >= self._max_messages or (
+            self._bytes + size > self._max_bytes
+        ):
+            return False
+        self._messages += 1
+        self._bytes += size
+        return True
 
     def acquire(self, size: int, *, on_block: Callable[[], None] | None = None) -> bool:
         """Admit one message of ``size`` bytes, blocking under the ``"block"`` behaviour.
@@ -140,6 +212,7 @@ class FlowGate:
                 raise self._exceeded(size)
             waiter = _Waiter(size)
             self._waiters.append(waiter)
+            self.congested = True
         if on_block is not None:
             on_block()
         self._wait(waiter, settings.block_timeout)
@@ -187,6 +260,7 @@ class FlowGate:
             self._closed = error
             while self._waiters:
                 self._wake(self._waiters.popleft(), error())
+            self.congested = False
 
     def _apply(self, settings: FlowControl) -> None:
         self._settings = settings
@@ -224,6 +298,7 @@ class FlowGate:
             self._messages += 1
             self._bytes += waiter.size
             waiter.event.set()
+        self.congested = bool(self._waiters)
 
     def _fits(self, size: int) -> bool:
         return self._messages < self._max_messages and self._bytes + size <= self._max_bytes

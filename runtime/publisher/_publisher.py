@@ -1,11 +1,12 @@
 """The Publisher handle: validates and admits messages, then hands them to its actor.
 
 ``publish`` and ``publish_many`` run in the caller's thread and do only what must happen
-there, on one path: validation (raised synchronously, nothing enqueued), then for each
-message flow-control admission (which may block) and one append to the `Intake` under
-the gate's lock (a tell to the `PublisherActor` only when it is not already due to
-drain). Batching, ordering and settlement happen in the actor; see
-`runtime.publisher._actor`.
+there: validation (raised synchronously, nothing enqueued), then for each message
+flow-control admission and one append to the `Intake` under the gate's lock (a tell to
+the `PublisherActor` only when it is not already due to drain). A message that would
+wait (flow control, a full intake) is admitted by the waiting path, `_submit`, which
+``publish_many`` always takes. Batching, ordering and settlement happen in the actor;
+see `runtime.publisher._actor`.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from typing import Any
 from actors import ActorSystem
 from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES, Message
-from runtime.errors import OrderingKeyPausedError, PublishError
-from runtime.publisher._actor import PublisherActor
+from runtime.errors import OrderingKeyPausedError, PublishError, WouldBlock
+from runtime.publisher._actor import BatchTopic, Drain, Flush, PublisherActor, Resume, SendNow, SetOptions
 from runtime.publisher._batching import BatchSettings
-from runtime.publisher._bulk import Bulk
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import MAX_QUEUED, Accepted, Intake, Sink, fail_slice
-from runtime.publisher._messages import BatchTopic, Drain, Flush, Resume, SendNow, SetOptions
+from runtime.publisher._intake import MAX_QUEUED, Accepted, Bulk, Intake, Sink, fail_slice
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     as_bytes,
@@ -44,8 +43,8 @@ __all__ = ["Publisher"]
 # Bound of every internal ask and of each slice of an unbounded wait.
 _ASK_TIMEOUT = 10.0
 SEND_NOW = SendNow()
-_BYTES = frozenset({bytes})
 DRAIN = Drain()
+_BYTES = frozenset({bytes})
 
 
 class Publisher:
@@ -89,7 +88,7 @@ class Publisher:
         self._message_ordering = check_ordering(message_ordering)
         self._topic = topic
         self._gate = FlowGate(self._flow_control, clock=clock)
-        self._intake = Intake(self._gate.lock)
+        self._intake = Intake(self._gate, ordering=self._message_ordering)
         self._paused: frozenset[str] = frozenset()
         self._closed = False
         self._options_lock = threading.Lock()
@@ -149,7 +148,23 @@ class Publisher:
             FlowControlError: code 8, flow-control limits exceeded.
         """
         future: Future[str] = MessageFuture()  # new: never one handed out before
-        self._submit(self._accepted((data,), attributes, ordering_key, future))
+        if data.__class__ is not bytes:
+            data = as_bytes(data)
+        size = len(data)
+        if attributes:
+            checked, size = checked_attributes(attributes, size)
+        else:
+            checked = NO_ATTRIBUTES
+        key = None if ordering_key is None else checked_key(ordering_key)
+        if size > MAX_MESSAGE_SIZE:
+            raise PublishError("Message size exceeds maximum of 10MB", 3)
+        if key is not None and key in self._paused:
+            raise OrderingKeyPausedError(key)
+        try:
+            if self._intake.put(data, checked, key, future, size):
+                self._tell(DRAIN)
+        except WouldBlock:
+            self._submit(([data], checked, key, [future], 0, [size]))
         return future
 
     def publish_message(self, message: Message) -> Future[str]:
@@ -308,19 +323,19 @@ class Publisher:
             PublishError: code 3 for invalid data, attributes, key or size.
             OrderingKeyPausedError: the key is paused.
         """
-        if set(map(type, datas)) <= _BYTES:
-            checked_datas: tuple[bytes, ...] = tuple(datas)  # type: ignore[arg-type]
+        if set(map(type, datas)) == _BYTES:
+            checked_datas: list[bytes] = list(datas)  # type: ignore[arg-type]
         else:
-            checked_datas = tuple(map(as_bytes, datas))
+            checked_datas = list(map(as_bytes, datas))
         if attributes:
             checked, extra = checked_attributes(attributes, 0)
         else:
             checked, extra = NO_ATTRIBUTES, 0
         if key is not None:
             key = checked_key(key)
-        sizes = tuple(map(len, checked_datas))
+        sizes = list(map(len, checked_datas))
         if extra:
-            sizes = tuple([size + extra for size in sizes])
+            sizes = [size + extra for size in sizes]
         if max(sizes) > MAX_MESSAGE_SIZE:
             raise PublishError("Message size exceeds maximum of 10MB", 3)
         if key is not None and key in self._paused:

@@ -3,9 +3,10 @@
 - ``_topic``: `RedisTopic`, the `Topic` interface over one Redis topic; ``_publishing``
   its publish path, ``_members`` this process's subscribers, ``_watch`` outcomes and
   dead-letter callbacks, ``_dead_letters`` the shared dead-letter stream.
-- ``_consumer``, ``_broadcast``, ``_pull``, ``_member``, ``_workers``: how a member reads
-  and settles (a group's consumer, a broadcast reader, a pull source, the handler loop,
-  worker processes).
+- ``_consumer``, ``_broadcast``, ``_member``, ``_workers``: how a member reads and settles
+  (a group's consumer, a broadcast reader, the handler loop and a pull source, worker
+  processes); ``_partitions`` the partitions a member owns on a topic of several
+  (leases, rebalancing, takeover) and a broadcast reader of every partition.
 - ``_delivery``: `RedisDelivery` and its fenced settlement.
 - ``_scripts``, ``_keys``, ``_records``, ``_declare``, ``_connection``: the Lua scripts,
   the key layout, the stream fields, declare semantics (whose records also list the

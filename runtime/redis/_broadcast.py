@@ -9,7 +9,7 @@ from typing import Any
 
 from runtime.redis._connection import Connection
 from runtime.redis._delivery import RedisDelivery
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, message_id_of
 from runtime.redis._records import Codec, UndecodableError, optional
 
 __all__ = ["BroadcastReader"]
@@ -29,12 +29,14 @@ class BroadcastReader:
         subscriber_id: its subscription id.
         dead_letter_limit: the dead-letter stream's bound (None: unbounded).
         codec: decodes entries.
+        partition: the partition ``keys`` belong to.
     """
 
     def __init__(self, connection: Connection, keys: TopicKeys, topic: str, subscriber_id: int,
                  dead_letter_limit: int | None, codec: Codec,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, partition: int = 0) -> None:
         self.subscriber_id = subscriber_id
+        self._partition = partition
         self.name = f"{topic}:{subscriber_id}:{id(self):x}"
         self._connection = connection
         self._keys = keys
@@ -43,12 +45,9 @@ class BroadcastReader:
         self._limit = dead_letter_limit or 0
         self._clock = clock
         self._lock = threading.Lock()
-        with connection.guard():
-            pipe = connection.client.pipeline(transaction=True)
-            pipe.sadd(keys.readers, self.name)
-            pipe.xrevrange(keys.stream, count=1)
-            _, last = pipe.execute()
-        self._cursor = last[0][0].decode() if last else "0-0"
+        # One script: a publish lands either before the cursor (and sees no reader) or
+        # after it (and counts this reader).
+        self._cursor = connection.run("ATTACH", [keys.stream, keys.readers], [self.name]).decode()
 
     def detach(self) -> None:
         """Leave the topic's readers."""
@@ -73,14 +72,15 @@ class BroadcastReader:
         deliveries = []
         for raw_id, fields in entries:
             entry_id = raw_id.decode()
+            message_id = message_id_of(self._partition, entry_id)
             try:
-                message, key, attributes = self._codec.message(entry_id, fields)
+                message, key, attributes = self._codec.message(message_id, fields)
             except UndecodableError as exc:
                 self._bury(entry_id, fields, "error", str(exc), None, None)
                 continue
-            deliveries.append(RedisDelivery(self, message, entry_id, self._topic,
+            deliveries.append(RedisDelivery(self, message, message_id, self._topic,
                                             self.subscriber_id, None, key, attributes, 1,
-                                            received))
+                                            received, entry_id, self._partition))
         return deliveries
 
     def flush(self, *, due_only: bool = False) -> None:
@@ -99,10 +99,10 @@ class BroadcastReader:
         """A nack dead-letters the entry (a reader never redelivers)."""
         if kind != "a":
             with self._connection.guard():
-                found = self._connection.client.xrange(self._keys.stream, delivery.message_id,
-                                                       delivery.message_id)
+                found = self._connection.client.xrange(self._keys.stream, delivery.entry_id,
+                                                       delivery.entry_id)
             fields = found[0][1] if found else {}
-            self._bury(delivery.message_id, fields, reason, error, exception, traceback)
+            self._bury(delivery.entry_id, fields, reason, error, exception, traceback)
         return "ok"
 
     def _bury(self, entry_id: str, fields: dict[bytes, bytes], reason: str, error: str | None,

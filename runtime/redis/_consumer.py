@@ -15,7 +15,7 @@ from runtime.core._settings import TopicSettings
 from runtime.errors import BackendUnavailableError
 from runtime.redis._connection import Connection
 from runtime.redis._delivery import RedisDelivery
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, message_id_of
 from runtime.redis._records import Codec, UndecodableError, optional
 
 __all__ = ["Consumer", "consumer_name"]
@@ -52,14 +52,26 @@ class Consumer:
         batch_acks: acks well before their deadline wait for the member's next
             `flush` (a push member's loop); else each ack is one call.
         clock: the member's time source.
+        partition: the partition ``keys`` belong to.
+        name: the consumer's name (default: a new `consumer_name`).
+        ordered: the member owns the partition (a topic of several partitions): what it
+            reclaims is read to the end before any new entry, so a redelivery of a key
+            runs before the key's later messages.
     """
 
     def __init__(self, connection: Connection, keys: TopicKeys, topic: str, group: str,
                  subscriber_id: int, settings: TopicSettings, codec: Codec, *,
-                 batch_acks: bool, clock: Callable[[], float] = time.monotonic) -> None:
-        self.name = consumer_name(subscriber_id)
+                 batch_acks: bool, clock: Callable[[], float] = time.monotonic,
+                 partition: int = 0, name: str | None = None, ordered: bool = False) -> None:
+        self.name = consumer_name(subscriber_id) if name is None else name
         self.group = group
         self.subscriber_id = subscriber_id
+        self.partition = partition
+        # Set when a delivery of the batch was nacked or skipped: the rest of the batch
+        # must go back before the next read (`hand_back`), in order.
+        self.disturbed = False
+        self._ordered = ordered
+        self._backlog: list[tuple[str, dict[bytes, bytes], int]] = []
         self._connection = connection
         self._keys = keys
         self._settling = keys.settling()
@@ -95,9 +107,13 @@ class Consumer:
         """
         now = self._clock()
         entries: list[tuple[str, dict[bytes, bytes], int]] = []
-        if now >= self._next_reclaim:
+        if self._backlog:
+            entries, self._backlog = self._backlog[:count], self._backlog[count:]
+        elif now >= self._next_reclaim:
             self._next_reclaim = now + self._reclaim_every
             entries = self._reclaim(count)
+            if self._ordered and len(entries) >= count:
+                self._next_reclaim = 0.0  # more may wait: read them before new ones
         if now >= self._next_trim:
             self._next_trim = now + TRIM_EVERY
             self._connection.run("TRIM", [self._keys.stream, self._keys.groups], [])
@@ -107,7 +123,7 @@ class Consumer:
         deliveries = []
         others: list[str] = []
         for entry_id, fields, attempt in entries:
-            message_id = entry_id
+            message_id = message_id_of(self.partition, entry_id)
             if b"o" in fields:  # a replay, meant for one group only
                 if fields[b"o"].decode() != self.group:
                     others.append(entry_id)
@@ -120,7 +136,7 @@ class Consumer:
                 continue
             deliveries.append(RedisDelivery(
                 self, message, message_id, self._topic, self.subscriber_id, self.group, key,
-                attributes, attempt, received, entry_id))
+                attributes, attempt, received, entry_id, self.partition))
         if others:
             with self._connection.guard():
                 self._connection.client.xack(self._keys.stream, self.group, *others)
@@ -131,15 +147,45 @@ class Consumer:
         (Redis counts it from the read): such a delivery is never started, Redis gives it
         to the next reclaim."""
         deadline = self._deadline
-        return deadline is not None and self._clock() - delivery.received >= deadline
+        if deadline is not None and self._clock() - delivery.received >= deadline:
+            self.disturbed = True
+            return True
+        return False
 
     def reclaim_soon(self) -> None:
         """Look for handed-back deliveries at the next `read` (after a nack)."""
         self._next_reclaim = 0.0
 
-    def _reclaim(self, count: int) -> list[tuple[str, dict[bytes, bytes], int]]:
+    def take_over(self) -> int:
+        """Claim every delivery of the partition that another consumer holds (its owner's
+        lease ran out, or it handed them back), oldest first, to be read before any new
+        entry. Returns how many.
+
+        Raises:
+            BackendUnavailableError: Redis did not answer.
+        """
+        self._backlog += self._reclaim(1_000_000, takeover=True)
+        self.reclaim_soon()
+        return len(self._backlog)
+
+    def hand_back(self) -> None:
+        """Send the queued acks, then hand back every delivery this consumer still holds
+        (no attempt counted), so the next `read` reclaims them in order.
+
+        Raises:
+            BackendUnavailableError: Redis did not answer.
+        """
+        self.flush()
+        self._connection.run("RELEASE", self._settling,
+                             [self.group, self.name, "", *self._limits[1:]])
+        self.disturbed = False
+        self.reclaim_soon()
+
+    def _reclaim(self, count: int, *, takeover: bool = False,
+                 ) -> list[tuple[str, dict[bytes, bytes], int]]:
         found = self._connection.run(
-            "RECLAIM", self._settling, [self.group, self.name, *self._limits, count])
+            "RECLAIM", self._settling,
+            [self.group, self.name, *self._limits, count, "t" if takeover else ""])
         entries = []
         for entry_id, flat, attempt in found:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -150,16 +196,13 @@ class Consumer:
         """XREADGROUP, in one round trip with the acks queued so far (they settle first)."""
         with self._lock:
             deferred, self._deferred = self._deferred, []
-        client = self._connection.client
+        batch = self._connection.batch()
+        if deferred:
+            batch.script("SETTLE", self._settling, self._ack_args(deferred))
+        batch.command("xreadgroup", self.group, self.name, {self._keys.stream: ">"}, count=count,
+                      block=None if block is None else max(int(block * 1000), 1))
         try:
-            with self._connection.guard():
-                pipe = client.pipeline(transaction=False)
-                if deferred:
-                    self._connection.script("SETTLE")(
-                        keys=self._settling, args=self._ack_args(deferred), client=pipe)
-                pipe.xreadgroup(self.group, self.name, {self._keys.stream: ">"}, count=count,
-                                block=None if block is None else max(int(block * 1000), 1))
-                replies = pipe.execute()
+            replies = batch.execute()
         except BackendUnavailableError:
             with self._lock:
                 self._deferred[:0] = deferred
@@ -187,6 +230,7 @@ class Consumer:
             return "closed"
         if kind == "a":
             return self._call(self._ack_args([delivery]))[0]
+        self.disturbed = True
         self.reclaim_soon()
         return self._call_nack((delivery.entry_id, delivery.attempt, kind, reason,
                                 optional(error), optional(exception), optional(traceback)))

@@ -7,7 +7,7 @@ from typing import Any
 
 from runtime.core.settlement._dead_letters import DeadLetter, republish_drained
 from runtime.redis._connection import Connection
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, entry_of
 from runtime.redis._records import Codec
 from runtime.redis._watch import Watch
 
@@ -15,9 +15,10 @@ __all__ = ["RedisDeadLetters"]
 
 
 class RedisDeadLetters:
-    """The `DeadLetterQueue` interface over the topic's ``dead`` stream (oldest first).
+    """The `DeadLetterQueue` interface over the topic's ``dead`` streams, one per partition
+    (read together, oldest first).
 
-    The stream is bounded by ``dead_letter_limit`` as each letter is written (the newest
+    Each stream is bounded by ``dead_letter_limit`` as each letter is written (the newest
     kept). Every process that opens the topic sees the same letters.
 
     Args:
@@ -27,12 +28,14 @@ class RedisDeadLetters:
         codec: decodes the letters.
         watch: runs the `on_dead_letter` callback.
         replayer: ``replayer(topic) -> republish(dead_letter)``, as for the in-memory queue.
+        partitions: the topic's partitions.
     """
 
     def __init__(self, connection: Connection, keys: TopicKeys, topic: str, codec: Codec,
-                 watch: Watch, replayer: Callable[[Any], Callable[[DeadLetter], None]]) -> None:
+                 watch: Watch, replayer: Callable[[Any], Callable[[DeadLetter], None]],
+                 partitions: int = 1) -> None:
         self._connection = connection
-        self._key = keys.dead
+        self._keys = [keys.dead] + [TopicKeys.of(topic, p).dead for p in range(1, partitions)]
         self._topic = topic
         self._codec = codec
         self._watch = watch
@@ -40,13 +43,19 @@ class RedisDeadLetters:
 
     def __len__(self) -> int:
         with self._connection.guard():
-            return int(self._connection.client.xlen(self._key))
+            pipe = self._connection.client.pipeline(transaction=False)
+            for key in self._keys:
+                pipe.xlen(key)
+            return sum(int(length) for length in pipe.execute())
 
     def __iter__(self) -> Iterator[DeadLetter]:
         """A snapshot, oldest first; removes nothing."""
         with self._connection.guard():
-            entries = self._connection.client.xrange(self._key)
-        return iter(self._letters(entries))
+            pipe = self._connection.client.pipeline(transaction=False)
+            for key in self._keys:
+                pipe.xrange(key)
+            found = pipe.execute()
+        return iter(self._letters(found))
 
     def __repr__(self) -> str:
         return f"RedisDeadLetters(topic={self._topic!r})"
@@ -59,17 +68,18 @@ class RedisDeadLetters:
     def drain(self) -> list[DeadLetter]:
         """Empty the stream, then return what it held, oldest first (atomically: a letter
         written meanwhile is either returned or kept)."""
-        with self._connection.guard():
-            pipe = self._connection.client.pipeline(transaction=True)
-            pipe.xrange(self._key)
-            pipe.delete(self._key)
-            entries, _ = pipe.execute()
-        return self._letters(entries)
+        found = []
+        for key in self._keys:  # each partition's stream in one script (one slot)
+            drained = self._connection.run("DRAIN", [key], [])
+            found.append([(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                          for entry_id, flat in drained])
+        return self._letters(found)
 
     def clear(self) -> None:
         """Drop every dead letter."""
         with self._connection.guard():
-            self._connection.client.delete(self._key)
+            for key in self._keys:
+                self._connection.client.delete(key)
 
     def on_dead_letter(self, callback: Callable[[DeadLetter], Any] | None) -> None:
         """Call ``callback(dead_letter)`` for each letter written from now on, by any
@@ -104,9 +114,19 @@ class RedisDeadLetters:
             "m", item.message_id, "g", item.group or "", "s", item.subscriber_id, "r", item.reason,
             "e", optional(item.error), "n", item.attempts, "x", optional(item.exception),
             "t", optional(item.traceback), "b", body, "f", kind, "k", key, "a", attributes]
+        partition, entry_id = entry_of(item.message_id)
+        if partition >= len(self._keys):
+            partition, entry_id = 0, item.message_id
+        record[1] = entry_id
         with self._connection.guard():
-            self._connection.client.xadd(self._key, dict(zip(record[::2], record[1::2], strict=True)))
+            self._connection.client.xadd(self._keys[partition],
+                                         dict(zip(record[::2], record[1::2], strict=True)))
 
-    def _letters(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[DeadLetter]:
-        return [self._codec.dead_letter(self._topic, entry_id.decode(), fields)
-                for entry_id, fields in entries]
+    def _letters(self, found: list[list[tuple[bytes, dict[bytes, bytes]]]]) -> list[DeadLetter]:
+        """The letters of every partition's stream (``found`` in partition order), oldest
+        first."""
+        letters = [self._codec.dead_letter(self._topic, entry_id.decode(), fields, partition)
+                   for partition, entries in enumerate(found) for entry_id, fields in entries]
+        if len(found) > 1:
+            letters.sort(key=lambda letter: letter.at)
+        return letters

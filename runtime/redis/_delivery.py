@@ -47,18 +47,19 @@ class RedisDelivery(Generic[T]):
     """
 
     __slots__ = ("_lock", "_settler", "_state", "_timed_out", "attempt", "attributes",
-                 "entry_id", "group", "key", "message", "message_id", "received",
-                 "subscriber_id", "topic")
+                 "entry_id", "group", "key", "message", "message_id", "partition",
+                 "received", "subscriber_id", "topic")
 
     def __init__(self, settler: Settler, message: T, message_id: str, topic: str,
                  subscriber_id: int, group: str | None, key: str | None,
                  attributes: dict[str, str], attempt: int, received: float,
-                 entry_id: str | None = None) -> None:
+                 entry_id: str | None = None, partition: int = 0) -> None:
         self._settler = settler
         self.message = message
         self.message_id = message_id
         # The stream entry it was read from: the message id, or a replay's own entry.
         self.entry_id = message_id if entry_id is None else entry_id
+        self.partition = partition  # the partition of the topic it was read from
         self.topic = topic
         self.subscriber_id = subscriber_id
         self.group = group

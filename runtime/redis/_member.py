@@ -1,17 +1,21 @@
-"""A push member's loop: read a batch, run the handler on each delivery, settle."""
+"""How a member reads: a push member's loop (read a batch, run the handler on each
+delivery, settle) and the source of a pull subscription."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from runtime.errors import BackendUnavailableError, SettlementError
+from runtime.errors import BackendUnavailableError, SettlementError, TopicClosedError
 from runtime.redis._delivery import RedisDelivery
+from runtime.redis._keys import message_id_of
 
-__all__ = ["BLOCK", "MemberLoop", "Reader", "run_handler"]
+__all__ = ["BLOCK", "MemberLoop", "PullSource", "Reader", "run_handler"]
 
 logger = logging.getLogger("runtime")
 
@@ -65,7 +69,8 @@ class MemberLoop:
         prefetch: deliveries read at once.
         stopping: set to stop; a batch read but not started is left for the owner to
             hand back.
-        running: told each delivery's stream entry id before its handler runs ("" after).
+        running: told each delivery's stream entry (`message_id_of` its partition and entry
+            id) before its handler runs ("" after).
     """
 
     def __init__(self, reader: Reader, handler: Callable[[Any], Any], *, auto_ack: bool,
@@ -91,7 +96,7 @@ class MemberLoop:
                     if reader.expired(delivery):
                         continue
                     if running is not None:
-                        running(delivery.entry_id)
+                        running(message_id_of(delivery.partition, delivery.entry_id))
                     run_handler(self._handler, delivery, self._auto_ack, self._topic)
                     if running is not None:
                         running("")
@@ -102,3 +107,60 @@ class MemberLoop:
             except Exception:  # a refused command (its group deleted): say so, keep trying
                 logger.exception("topic %s: member read failed", self._topic)
                 stopping.wait(_BACKOFF)
+
+
+class PullSource:
+    """Reads deliveries on demand for `PullSubscription.receive` (one reader at a time).
+
+    Args:
+        reader: a group's `Consumer` (acks one call each) or a `BroadcastReader`.
+        topic: the topic's name.
+        prefetch: entries read per call.
+        clock: the time source of ``receive``'s timeout.
+    """
+
+    def __init__(self, reader: Reader, topic: str, prefetch: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._reader = reader
+        self._topic = topic
+        self._prefetch = prefetch
+        self._clock = clock
+        self._ready: deque[RedisDelivery[Any]] = deque()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def close(self) -> list[RedisDelivery[Any]]:
+        """Refuse further reads; return what was read and not received yet."""
+        self._closed.set()
+        with self._lock:
+            left, self._ready = list(self._ready), deque()
+        return left
+
+    def receive(self, timeout: float | None) -> RedisDelivery[Any]:
+        """The next delivery.
+
+        Raises:
+            TimeoutError: none within ``timeout`` seconds.
+            TopicClosedError: the topic closed or the subscription ended.
+            BackendUnavailableError: Redis did not answer.
+        """
+        return self.receive_many(1, timeout)[0]
+
+    def receive_many(self, max_messages: int, timeout: float | None) -> list[RedisDelivery[Any]]:
+        """Wait for the first delivery, then take up to ``max_messages`` ready ones.
+
+        Raises:
+            TimeoutError, TopicClosedError, BackendUnavailableError: as `receive`.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._lock:
+            while not self._ready:
+                if self._closed.is_set():
+                    raise TopicClosedError(self._topic)
+                left = BLOCK if deadline is None else deadline - self._clock()
+                if left <= 0:
+                    raise TimeoutError(f"no delivery on topic {self._topic!r} within {timeout} s")
+                self._ready.extend(self._reader.read(max(self._prefetch, max_messages),
+                                                     min(left, BLOCK)))
+            count = min(max_messages, len(self._ready))
+            return [self._ready.popleft() for _ in range(count)]

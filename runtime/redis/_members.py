@@ -17,8 +17,8 @@ from runtime.redis._broadcast import BroadcastReader
 from runtime.redis._connection import Connection
 from runtime.redis._consumer import Consumer
 from runtime.redis._keys import TopicKeys
-from runtime.redis._member import MemberLoop
-from runtime.redis._pull import PullSource
+from runtime.redis._member import MemberLoop, PullSource
+from runtime.redis._partitions import AllPartitions, OwnedPartitions
 from runtime.redis._records import Codec
 
 __all__ = ["Members"]
@@ -37,7 +37,7 @@ class _Attached:
     """One subscription of this process and what runs it."""
 
     subscription: Subscription
-    reader: Consumer | BroadcastReader
+    reader: Consumer | OwnedPartitions | BroadcastReader | AllPartitions
     stopping: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     source: PullSource | None = None
@@ -126,13 +126,23 @@ class Members:
             self._detach(sid)
 
     def _reader(self, group: str | None, sid: int, *, batch_acks: bool,
-                ) -> Consumer | BroadcastReader:
+                ) -> Consumer | OwnedPartitions | BroadcastReader | AllPartitions:
+        """A member's reader: on a topic of one partition, members of a group compete for
+        its entries; with several, each partition is owned by one member at a time."""
+        partitions = self._settings.partitions
         if group is None:
+            if partitions > 1:
+                return AllPartitions(self._connection, self._topic, sid,
+                                     self._settings.dead_letter_limit, self._codec, self._clock,
+                                     partitions)
             return BroadcastReader(self._connection, self._keys, self._topic, sid,
                                    self._settings.dead_letter_limit, self._codec, self._clock)
         if not isinstance(group, str) or not group:
             raise InvalidSettingsError("group", f"must be a non-empty str, got {group!r}")
         self._create_group(group)
+        if partitions > 1:
+            return OwnedPartitions(self._connection, self._topic, group, sid, self._settings,
+                                   self._codec, batch_acks=batch_acks, clock=self._clock)
         return Consumer(self._connection, self._keys, self._topic, group, sid, self._settings,
                         self._codec, batch_acks=batch_acks, clock=self._clock)
 
@@ -159,10 +169,10 @@ class Members:
             attached.workers.stop(_STOP_TIMEOUT)
             return
         try:
-            if isinstance(attached.reader, Consumer):
-                attached.reader.release()
-            else:
+            if isinstance(attached.reader, BroadcastReader | AllPartitions):
                 attached.reader.detach()
+            else:
+                attached.reader.release()
         except BackendUnavailableError as exc:
             logger.warning("topic %s: could not hand back subscription %d's deliveries "
                            "(%s); they return after their ack deadline", self._topic, sid, exc)

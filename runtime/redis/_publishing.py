@@ -13,7 +13,7 @@ from runtime.core._message import Message
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 from runtime.redis._connection import Connection
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, message_id_of, partition_of
 from runtime.redis._records import Codec
 
 __all__ = ["Accepted", "Publishing"]
@@ -45,7 +45,7 @@ class Publishing:
         topic: the topic's name.
         settings: its settings.
         connection: the bus's connection.
-        keys: the topic's keys.
+        keys: the topic's keys (of partition 0; the others follow from the name).
         codec: encodes bodies.
         closing: set when the topic closes (wakes a publisher held by ``max_pending``).
         clock: the time source of ``timeout``.
@@ -57,8 +57,11 @@ class Publishing:
         self._topic = topic
         self._type = settings.message_type
         self._connection = connection
-        self._keys = [keys.stream, keys.groups, keys.readers, keys.stats, keys.remaining,
-                      keys.dead]
+        parts = [keys] + [TopicKeys.of(topic, p) for p in range(1, settings.partitions)]
+        self._keys = [[part.stream, part.groups, part.readers, part.stats, part.remaining,
+                       part.dead] for part in parts]
+        self._partitions = settings.partitions
+        self._turn = 0  # the partition of this process's next unkeyed batch
         self._limits = [settings.max_pending or 0, settings.dead_letter_limit or 0]
         self._max_pending = settings.max_pending
         self._throttle = settings.throttle
@@ -127,10 +130,27 @@ class Publishing:
         return [(data, "m", key or "", dumps(attrs) if attrs else "")
                 for data, attrs, key in zip(datas, attributes, keys, strict=True)]
 
+    def _spread(self, batch: Sequence[tuple[bytes, str, str, str]],
+                ) -> list[tuple[int, list[int] | None]]:
+        """Where a batch goes: ``(partition, positions)`` per partition it touches (None:
+        the whole batch). A keyed message goes to its key's partition; the unkeyed ones of
+        a batch go together to the next partition in this process's turn."""
+        if self._partitions == 1:
+            return [(0, None)]
+        self._turn = turn = (self._turn + 1) % self._partitions
+        parts: dict[int, list[int]] = {}
+        for position, (_, _, key, _) in enumerate(batch):
+            partition = partition_of(key, self._partitions) if key else turn
+            parts.setdefault(partition, []).append(position)
+        if len(parts) == 1:
+            return [(partition, None) for partition in parts]
+        return [*parts.items()]
+
     def send(self, batches: Sequence[Sequence[tuple[bytes, str, str, str]]],
              timeout: float | None) -> list[Accepted]:
-        """Publish each batch in one script call, all in one round trip; a batch that
-        finds ``max_pending`` reached waits for room (and is sent again).
+        """Publish each batch in one script call per partition it touches, all in one
+        round trip; a call that finds ``max_pending`` reached (in its partition) waits for
+        room (and is sent again).
 
         Raises:
             TopicClosedError: the topic closed while waiting.
@@ -140,27 +160,43 @@ class Publishing:
         """
         check_timeout("timeout", timeout)
         deadline = None if timeout is None else self._clock() + timeout
-        results: list[Accepted | None] = [None] * len(batches)
-        todo = list(range(len(batches)))
+        # One call per (batch, partition, positions in the batch).
+        todo = [(index, partition, positions) for index, batch in enumerate(batches)
+                for partition, positions in self._spread(batch)]
+        parts: list[list[Accepted]] = [[] for _ in batches]
+        ids: list[list[str]] = [[] for _ in batches]
         wait = _FULL_WAIT[0]
         throttled = self._throttled(deadline)
         while True:
-            calls = [(self._keys, _arguments(self._limits, throttled if n == 0 else 0,
-                                             batches[i])) for n, i in enumerate(todo)]
+            calls = [(self._keys[partition],
+                      _arguments(self._limits, throttled if n == 0 else 0,
+                                 batches[index] if positions is None
+                                 else [batches[index][p] for p in positions]))
+                     for n, (index, partition, positions) in enumerate(todo)]
             throttled = 0
             replies = self._connection.pipelined("PUBLISH", calls)
             full = []
-            for index, reply in zip(todo, replies, strict=True):
+            for call, reply in zip(todo, replies, strict=True):
                 status = reply[0]
                 if status == b"full":
-                    full.append(index)
+                    full.append(call)
                     continue
+                index, partition, positions = call
                 groups = [name.decode() for name in reply[4:4 + reply[1]]]
-                results[index] = Accepted([i.decode() for i in reply[4 + reply[1]:]], groups,
-                                          int(reply[2]), status == b"none")
+                entry_ids = [i.decode() for i in reply[4 + reply[1]:]]
+                if positions is None:
+                    ids[index] = (entry_ids if partition == 0
+                                  else [message_id_of(partition, i) for i in entry_ids])
+                else:
+                    if not ids[index]:
+                        ids[index] = [""] * len(batches[index])
+                    for position, entry_id in zip(positions, entry_ids, strict=True):
+                        ids[index][position] = message_id_of(partition, entry_id)
+                parts[index].append(Accepted([], groups, int(reply[2]), status == b"none"))
                 self._pending = int(reply[3])
             if not full:
-                return [r for r in results if r is not None]
+                return [_merged(batch_ids, accepted) for batch_ids, accepted in zip(ids, parts,
+                                                                                    strict=True)]
             todo = full
             self._pending = self._max_pending or 0
             if deadline is not None and self._clock() >= deadline:
@@ -169,6 +205,15 @@ class Publishing:
             if self._closing.wait(left):
                 raise TopicClosedError(self._topic)
             wait = min(wait * 2, _FULL_WAIT[1])
+
+
+def _merged(ids: list[str], parts: list[Accepted]) -> Accepted:
+    """A batch's `Accepted` from those of its partitions' calls."""
+    if len(parts) == 1:
+        return Accepted(ids, parts[0].groups, parts[0].readers, parts[0].dead)
+    groups = list(dict.fromkeys(group for part in parts for group in part.groups))
+    return Accepted(ids, groups, max(part.readers for part in parts),
+                    all(part.dead for part in parts))
 
 
 def _arguments(limits: list[int], throttled: int,

@@ -23,6 +23,7 @@ from runtime.broker._wire import TypeRegistry, decode
 from runtime.core._message import Message, new_message
 from runtime.core._outcome import Nack, Outcome
 from runtime.core.settlement._dead_letters import DeadLetter
+from runtime.redis._keys import message_id_of
 
 __all__ = ["Codec", "UndecodableError", "nacks_of", "optional", "text_of"]
 
@@ -61,7 +62,9 @@ def outcome_of(records: bytes) -> Outcome:
     return Outcome(acked=False, nacks=nacks_of(records))
 
 
-def _publish_time(entry_id: str) -> float:
+def _publish_time(message_id: str) -> float:
+    """The publish time in a message id (a stream entry id, with its partition or not)."""
+    entry_id = message_id.rpartition("/")[2]
     return int(entry_id[:entry_id.index("-")]) / 1000.0
 
 
@@ -116,10 +119,11 @@ class Codec:
         except Exception as exc:  # refused or malformed: the decoder's text says which
             raise UndecodableError(f"entry {entry_id}: {exc}") from None
 
-    def dead_letter(self, topic: str, entry_id: str, fields: Mapping[bytes, bytes]) -> DeadLetter:
-        """The `DeadLetter` of an entry of the dead-letter stream (its message None when
-        the body cannot be read, or was gone from the stream)."""
-        message_id = fields.get(b"m", b"").decode() or entry_id
+    def dead_letter(self, topic: str, entry_id: str, fields: Mapping[bytes, bytes],
+                    partition: int = 0) -> DeadLetter:
+        """The `DeadLetter` of an entry of ``partition``'s dead-letter stream (its message
+        None when the body cannot be read, or was gone from the stream)."""
+        message_id = message_id_of(partition, fields.get(b"m", b"").decode() or entry_id)
         message: Any = None
         key: str | None = None
         attributes: dict[str, str] = {}

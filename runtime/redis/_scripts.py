@@ -3,8 +3,9 @@
 Every step that must not be seen half done is one script: a publish (checks, entries,
 counters), a settlement (the fence, the ack or the dead letter, the outcome), a reclaim
 (expired and handed-back deliveries to a new holder or to the dead letters), a release
-(a member's deliveries handed back). Their keys are one partition's (`TopicKeys`), in one
-hash slot.
+(a member's deliveries handed back), a broadcast reader's attach (registered, its cursor at
+the stream's end), a drain of the dead letters. Their keys are one partition's
+(`TopicKeys`), in one hash slot: no transaction is needed, also on a Redis Cluster.
 
 Encodings shared with Python (`runtime.redis._records`):
 
@@ -17,8 +18,10 @@ Encodings shared with Python (`runtime.redis._records`):
 
 from __future__ import annotations
 
-__all__ = ["BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE", "DELETE_GROUP", "PUBLISH", "RECLAIM",
-           "RELEASE", "REPLAY", "SETTLE", "TRIM"]
+__all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE",
+           "DELETE_GROUP", "DRAIN", "HEARTBEAT", "LEASE", "PUBLISH", "READ_HELD", "RECLAIM",
+           "RELEASE", "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_RANGE", "TRIM",
+           "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -204,20 +207,27 @@ RECLAIM = _SETTLING + """
 local group, consumer = ARGV[1], ARGV[2]
 local tmo, max_attempts, dead_limit = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local count = tonumber(ARGV[6])
+-- ARGV[7] 't' (take over): every entry another consumer holds counts as expired (its
+-- owner's lease ran out), whatever its idle time.
+local takeover = ARGV[7] == 't'
 local min_idle = PARKED_IDLE
 if tmo > 0 then min_idle = tmo end
+if takeover then min_idle = 0 end
 local pending = redis.call('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', count)
 local out = {}
 local to_ack = {}
 for _, p in ipairs(pending) do
   local id, owner, idle, times = p[1], p[2], tonumber(p[3]), tonumber(p[4])
   local parked = idle >= PARKED_IDLE
-  if not parked then redis.call('HINCRBY', stats, 'timed_out', 1) end
-  if not parked and times >= max_attempts then
+  if takeover and owner == consumer then
+    -- already ours
+  elseif not parked and times >= max_attempts then
+    redis.call('HINCRBY', stats, 'timed_out', 1)
     to_ack[#to_ack + 1] = id
     bury(id, group, holder_sid(owner), 'timeout', '', times, '', '', dead_limit)
     complete(id, nack_record('group:' .. group, 'timeout', ''))
   else
+    if not parked then redis.call('HINCRBY', stats, 'timed_out', 1) end
     local got = redis.call('XCLAIM', stream, group, consumer, 0, id)
     if #got > 0 then
       if not parked then redis.call('HINCRBY', stats, 'redelivered', 1) end
@@ -321,6 +331,44 @@ if floor == nil then return 0 end
 return redis.call('XTRIM', stream, 'MINID', '~', floor)
 """
 
+LEASE = """
+-- The lease of one partition of a group: renew it when ARGV[1] holds it (1), take it when
+-- nobody does (2), else 0.
+local key, name, ms = KEYS[1], ARGV[1], ARGV[2]
+local held = redis.call('GET', key)
+if held == name then
+  redis.call('PEXPIRE', key, ms)
+  return 1
+end
+if not held then
+  redis.call('SET', key, name, 'PX', ms)
+  return 2
+end
+return 0
+"""
+
+UNLEASE = """
+-- Give a partition's lease back, if ARGV[1] still holds it.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+HEARTBEAT = """
+-- A member of a group says it lives for ARGV[2] ms more (or leaves, ARGV[3] = 'leave');
+-- returns how many members live.
+local key, name, ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+if ARGV[3] == 'leave' then
+  redis.call('ZREM', key, name)
+else
+  redis.call('ZADD', key, now + ms, name)
+  redis.call('PEXPIRE', key, ms * 10)
+end
+return redis.call('ZCARD', key)
+"""
+
 DECLARE = """
 local settings = KEYS[1]
 if redis.call('EXISTS', settings) == 1 then return redis.call('HGETALL', settings) end
@@ -351,4 +399,249 @@ local id = redis.call('XADD', stream, '*', 'b', ARGV[3], 'f', ARGV[4], 'k', ARGV
                       'r', ARGV[2], 'o', group)
 redis.call('HINCRBY', stats, 'pending', 1)
 return id
+"""
+
+ATTACH = """
+local stream, readers = KEYS[1], KEYS[2]
+redis.call('SADD', readers, ARGV[1])
+local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+if last[1] then return last[1][1] end
+return '0-0'
+"""
+
+DRAIN = """
+local entries = redis.call('XRANGE', KEYS[1], '-', '+')
+redis.call('DEL', KEYS[1])
+return entries
+"""
+
+# A Spark source reads a group through one consumer whose pending entries are its lease
+# log: `TAKE_RANGE` (driver, planning a batch) moves entries into that consumer's pending
+# list and answers only the last id; `READ_HELD` (executor) reads a range of them
+# without changing anything, so a retried or replayed batch reads the same entries;
+# `ACK_THROUGH` (driver, once a batch is committed) acks every one up to an id, with the
+# settle script's bookkeeping. Payloads never leave Redis on the driver's calls.
+
+STREAM_END = """
+local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
+if info.err then return {'0-0'} end  -- no stream yet: nothing was published
+for i = 1, #info, 2 do
+  if info[i] == 'last-generated-id' then return {info[i + 1]} end
+end
+return {'0-0'}
+"""
+
+TAKE_RANGE = """
+local stream = KEYS[1]
+local group, consumer, after, rows, upto = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local chunk = 1000
+-- Entries this consumer already holds past `after` (taken by a run that stopped before
+-- its batch was committed) come first, in id order.
+local held = redis.call('XPENDING', stream, group, '(' .. after, '+', rows, consumer)
+local last, count = after, #held
+if count > 0 then last = held[count][1] end
+local function delivered_id()
+  for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local name, id = nil, nil
+    for i = 1, #info, 2 do
+      if info[i] == 'name' then name = info[i + 1] end
+      if info[i] == 'last-delivered-id' then id = info[i + 1] end
+    end
+    if name == group then return id end
+  end
+  return nil
+end
+local others = {}
+while count < rows do
+  local n = math.min(rows - count, chunk)
+  if upto ~= '' then
+    -- only what the stream held up to `upto`: count the group's undelivered entries first
+    local from = delivered_id()
+    if not from then break end
+    n = #redis.call('XRANGE', stream, '(' .. from, upto, 'COUNT', n)
+    if n == 0 then break end
+  end
+  local got = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', stream, '>')
+  if not got then break end
+  local entries = got[1][2]
+  for _, entry in ipairs(entries) do
+    local fields, origin = entry[2], nil
+    for i = 1, #fields, 2 do
+      if fields[i] == 'o' then origin = fields[i + 1] end
+    end
+    if origin and origin ~= group then
+      others[#others + 1] = entry[1]  -- a replay meant for another group
+    else
+      last, count = entry[1], count + 1
+    end
+  end
+  if #entries < n then break end
+end
+for i = 1, #others, 1000 do
+  redis.call('XACK', stream, group, unpack(others, i, math.min(i + 999, #others)))
+end
+return {last, count}
+"""
+
+READ_HELD = """
+local stream = KEYS[1]
+local group, consumer, after, upto, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local held = redis.call('XPENDING', stream, group, '(' .. after, upto, count, consumer)
+if #held == 0 then return {} end
+local attempts = {}
+for _, p in ipairs(held) do attempts[p[1]] = p[4] end
+local function packed(format, values)
+  local out = {}
+  for i = 1, #values, 4000 do
+    local last = math.min(i + 3999, #values)
+    out[#out + 1] = struct.pack('<' .. string.rep(format, last - i + 1), unpack(values, i, last))
+  end
+  return table.concat(out)
+end
+-- A column as one string and its int32 offsets (Arrow's binary layout), or '' and ''
+-- when no entry has a value: the reader builds its columns without a value per row.
+local function binary(values, always)
+  local ends, size = {}, 0
+  for i = 1, #values do
+    size = size + #values[i]
+    ends[i] = size
+  end
+  if size == 0 and not always then return '', '' end
+  return table.concat(values), struct.pack('<i', 0) .. packed('i', ends)
+end
+local ids, bodies, keys, attrs, replayed, counts, formats = {}, {}, {}, {}, {}, {}, {}
+for _, entry in ipairs(redis.call('XRANGE', stream, held[1][1], held[#held][1])) do
+  local id = entry[1]
+  local attempt = attempts[id]
+  if attempt then
+    local b, f, k, a, r = '', 'm', '', '', ''
+    local fields = entry[2]
+    for i = 1, #fields, 2 do
+      local name, value = fields[i], fields[i + 1]
+      if name == 'b' then b = value elseif name == 'f' then f = value
+      elseif name == 'k' then k = value elseif name == 'a' then a = value
+      elseif name == 'r' then r = value end
+    end
+    local n = #ids + 1
+    ids[n], bodies[n], keys[n], attrs[n], replayed[n] = id, b, k, a, r
+    counts[n], formats[n] = attempt, string.sub(f, 1, 1)
+  end
+end
+-- Columns: count, ids (space-separated), bodies, offsets, keys, offsets, attributes,
+-- offsets, replayed ids, offsets, attempts (int32), formats (a letter each), last id.
+local out = {#ids, table.concat(ids, ' ')}
+for _, column in ipairs({{bodies, true}, {keys, false}, {attrs, false}, {replayed, false}}) do
+  local data, offsets = binary(column[1], column[2])
+  out[#out + 1] = data
+  out[#out + 1] = offsets
+end
+out[#out + 1] = packed('i', counts)
+out[#out + 1] = table.concat(formats)
+-- Where this read ended: the next read of the range starts after it.
+out[#out + 1] = held[#held][1]
+return out
+"""
+
+ACK_THROUGH = _SETTLING + """
+local group, consumer, upto, tmo = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local done, late = 0, 0
+while true do
+  local held = redis.call('XPENDING', stream, group, '-', upto, 1000, consumer)
+  if #held == 0 then break end
+  local ids = {}
+  for _, p in ipairs(held) do
+    if tmo > 0 and p[3] >= tmo then late = late + 1 end
+    ids[#ids + 1] = p[1]
+    complete(p[1], nil)
+  end
+  redis.call('XACK', stream, group, unpack(ids))
+  done = done + #ids
+  -- one settled record per chunk, as a Python member's batched acks write them
+  flush_acked()
+  acked = {}
+end
+return {done, late}
+"""
+
+STAGED_COMMIT = """
+local stream, groups, readers, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local remaining, dead, committed = KEYS[5], KEYS[6], KEYS[7]
+local name, dead_limit = ARGV[1], tonumber(ARGV[2])
+local function drop_staged()
+  for s = 8, #KEYS do redis.call('DEL', KEYS[s]) end
+end
+if redis.call('HEXISTS', committed, name) == 1 then
+  drop_staged()
+  return {'done', 0, 0}
+end
+for s = 8, #KEYS do
+  if redis.call('EXISTS', KEYS[s]) == 0 then return {'missing', s - 7, 0} end
+end
+local names = redis.call('SMEMBERS', groups)
+local ngroups = #names
+local nreaders = redis.call('SCARD', readers)
+local function add_dead(reason, err, b, f, k, a)
+  local fields = {'m', '', 'g', '', 's', '-1', 'r', reason, 'e', err, 'n', '0', 'x', '', 't', '',
+                  'b', b, 'f', f, 'k', k, 'a', a}
+  if dead_limit > 0 then
+    redis.call('XADD', dead, 'MAXLEN', dead_limit, '*', unpack(fields))
+  else
+    redis.call('XADD', dead, '*', unpack(fields))
+  end
+end
+local published, buried = 0, 0
+-- A staged part: its layout ('p': bodies alone; 'm': body, format, key, attributes;
+-- 'e': those and an error text, a row for the dead letters), then its values.
+for s = 8, #KEYS do
+  local part = KEYS[s]
+  local layout = redis.call('LINDEX', part, 0)
+  local stride = 1
+  if layout == 'm' then stride = 4 elseif layout == 'e' then stride = 5 end
+  local length = redis.call('LLEN', part)
+  local step = stride * 1000
+  for first = 1, length - 1, step do
+    local values = redis.call('LRANGE', part, first, math.min(first + step, length) - 1)
+    for i = 1, #values, stride do
+      published = published + 1
+      if layout == 'e' then
+        add_dead('error', values[i + 4], values[i], values[i + 1], values[i + 2], values[i + 3])
+        buried = buried + 1
+      elseif ngroups == 0 and nreaders == 0 then
+        if layout == 'p' then
+          add_dead('no_subscribers', '', values[i], 'm', '', '')
+        else
+          add_dead('no_subscribers', '', values[i], values[i + 1], values[i + 2], values[i + 3])
+        end
+        buried = buried + 1
+      else
+        local id
+        if layout == 'p' then
+          id = redis.call('XADD', stream, '*', 'b', values[i])
+        else
+          id = redis.call('XADD', stream, '*', 'b', values[i], 'f', values[i + 1],
+                          'k', values[i + 2], 'a', values[i + 3])
+        end
+        if ngroups > 1 then redis.call('HSET', remaining, id, ngroups) end
+      end
+    end
+  end
+end
+local accepted = published - buried
+redis.call('HINCRBY', stats, 'published', published)
+if buried > 0 then
+  redis.call('HINCRBY', stats, 'nacked', buried)
+  redis.call('HINCRBY', stats, 'dead_lettered', buried)
+end
+if accepted > 0 then
+  if ngroups > 0 then
+    redis.call('HINCRBY', stats, 'pending', accepted)
+  else
+    redis.call('HINCRBY', stats, 'delivered', accepted)
+  end
+end
+-- Recorded in the same step as the entries: a commit retried after a lost reply finds
+-- it and publishes nothing again.
+redis.call('HSET', committed, name, published)
+drop_staged()
+return {'ok', published, buried}
 """

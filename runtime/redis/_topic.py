@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -16,11 +17,11 @@ from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core._stats import TopicStats
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.core.subscribers._subscription import PullSubscription, Subscription
-from runtime.errors import InvalidSettingsError, TopicClosedError
+from runtime.errors import TopicClosedError
 from runtime.redis._connection import Connection
 from runtime.redis._dead_letters import RedisDeadLetters
 from runtime.redis._declare import declare
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, entry_of
 from runtime.redis._members import Members
 from runtime.redis._publishing import Publishing
 from runtime.redis._records import Codec
@@ -60,9 +61,13 @@ class RedisTopic(Generic[T]):
         declared: the topic exists with these settings (read back from Redis by an
             inspector): attach without comparing them.
 
+    With ``partitions=P`` the topic is P streams, each in its own hash slot with its
+    own groups' books and dead letters; counters, pending, outcomes and dead letters are
+    read across them. Each partition of a group is owned by one member at a time
+    (`owners`), which keeps each key's messages in order across processes and hosts.
+
     Raises:
-        InvalidSettingsError: Redis holds the topic with other settings (named), or
-            ``partitions`` is not 1.
+        InvalidSettingsError: Redis holds the topic with other settings (named).
         BackendUnavailableError: Redis did not answer.
     """
 
@@ -70,16 +75,11 @@ class RedisTopic(Generic[T]):
                  codec: Codec, system: ActorSystem, resolve: Callable[[Any], Any],
                  clock: Callable[[], float] = time.monotonic, prefix: str = "bus",
                  declared: bool = False) -> None:
-        if settings.partitions != 1:
-            # The keys are laid out per partition already (TopicKeys.of(topic, p)); spreading
-            # a topic over several is a later step, and must not be a silent single stream.
-            raise InvalidSettingsError(
-                "partitions", f"this version keeps a Redis topic in 1 partition, got "
-                f"{settings.partitions!r}")
         self._name = name
         self._settings = settings
         self._connection = connection
         self._keys = keys = TopicKeys.of(name)
+        self._parts = [keys] + [TopicKeys.of(name, p) for p in range(1, settings.partitions)]
         self._system = system
         self._resolve = resolve
         self._clock = clock
@@ -92,9 +92,9 @@ class RedisTopic(Generic[T]):
         self._publishers: list[Publisher] = []
         self._codec = codec
         self._path = Publishing(name, settings, connection, keys, codec, self._closing, clock)
-        self._watch = Watch(connection, keys, name, codec)
+        self._watch = Watch(connection, keys, name, codec, settings.partitions)
         self._dead_letters = RedisDeadLetters(connection, keys, name, codec, self._watch,
-                                              self._replayer)
+                                              self._replayer, settings.partitions)
         self._members = Members(name, settings, connection, keys, codec, self.create_group,
                                 clock)
 
@@ -172,17 +172,20 @@ class RedisTopic(Generic[T]):
 
     def _publish_batches(
         self, parts: Sequence[tuple[list[bytes], list[dict[str, str]], Sequence[str | None]]],
+        *, deadline: float | None = None,
     ) -> Future[list[tuple[Sequence[str] | None, BaseException | None]]]:
         """The topic's batch call (the Publisher's): every batch in one round trip (a
         script call each, so each is confirmed or failed alone); a done future of their
         outcomes, in order.
 
-        Runs in the caller's thread and blocks it while ``max_pending`` holds."""
+        Runs in the caller's thread and blocks it while ``max_pending`` holds, until
+        ``deadline`` (``time.monotonic()`` based; None: no bound; then `WouldBlock`)."""
         future: Future[list[tuple[Sequence[str] | None, BaseException | None]]] = Future()
         try:
             self._path.check_open_for_messages()
             batches = [self._path.message_fields(*part) for part in parts]
-            accepted = self._path.send(batches, None)
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            accepted = self._path.send(batches, timeout)
         except Exception as exc:
             future.set_result([(None, exc)] * len(parts))
             return future
@@ -229,7 +232,8 @@ class RedisTopic(Generic[T]):
         """Make balanced group ``name`` exist (a Redis consumer group from now on):
         messages published from now wait in it until a member reads them. Idempotent."""
         self._check_open()
-        self._connection.run("CREATE_GROUP", [self._keys.stream, self._keys.groups], [name])
+        self._connection.pipelined("CREATE_GROUP", [([part.stream, part.groups], [name])
+                                                    for part in self._parts])
 
     def groups(self) -> list[str]:
         """The balanced groups' names, sorted (every process's)."""
@@ -240,21 +244,44 @@ class RedisTopic(Generic[T]):
     def delete_group(self, name: str) -> None:
         """Remove group ``name`` for every process; its unsettled messages complete with
         a nack ``unsubscribed`` for that group."""
-        self._connection.run("DELETE_GROUP", [*self._keys.settling(), self._keys.groups],
-                             [name])
+        self._connection.pipelined("DELETE_GROUP", [([*part.settling(), part.groups], [name])
+                                                    for part in self._parts])
 
     def stats(self) -> TopicStats:
-        """The topic-wide counters, as Redis holds them."""
-        with self._connection.guard():
-            raw = self._connection.client.hgetall(self._keys.stats)
-        counts = {name.decode(): int(value) for name, value in raw.items()}
+        """The topic-wide counters, as Redis holds them (summed over the partitions)."""
+        counts: dict[str, int] = {}
+        for raw in self._each("hgetall", lambda part: part.stats):
+            for name, value in raw.items():
+                counts[name.decode()] = counts.get(name.decode(), 0) + int(value)
         return TopicStats(pending=max(counts.get("pending", 0), 0),
                           **{name: counts.get(name, 0) for name in _STATS})
 
+    def owners(self) -> dict[str, list[str | None]]:
+        """Who owns each partition of each group now: per group, the owning member's
+        consumer name (``host:pid:...:subscription``) per partition, None while nobody
+        does. A topic of one partition has no owners (its members compete): ``{}``."""
+        if len(self._parts) == 1:
+            return {}
+        owners = {}
+        for group in self.groups():
+            held = self._each("get", functools.partial(TopicKeys.owner, group=group))
+            owners[group] = [None if name is None else name.decode() for name in held]
+        return owners
+
     def reset_stats(self) -> None:
         """Zero the counters for every process (``pending`` is a gauge and stays)."""
+        self._each("hdel", lambda part: part.stats, *_STATS)
+
+    def _each(self, command: str, key: Callable[[TopicKeys], str], *args: Any) -> list[Any]:
+        """``command(key(part), *args)`` on every partition, in one round trip; the replies
+        in partition order."""
         with self._connection.guard():
-            self._connection.client.hdel(self._keys.stats, *_STATS)
+            if len(self._parts) == 1:
+                return [getattr(self._connection.client, command)(key(self._keys), *args)]
+            pipe = self._connection.client.pipeline(transaction=False)
+            for part in self._parts:
+                getattr(pipe, command)(key(part), *args)
+            return list(pipe.execute())
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until no message is pending in any group (read from Redis); False if
@@ -268,8 +295,8 @@ class RedisTopic(Generic[T]):
         deadline = None if timeout is None else self._clock() + timeout
         wait = _JOIN_POLL[0]
         while True:
-            with self._connection.guard():
-                pending = int(self._connection.client.hget(self._keys.stats, "pending") or 0)
+            pending = sum(int(value or 0) for value in
+                          self._each("hget", lambda part: part.stats, "pending"))
             if pending <= 0:
                 return True
             if deadline is not None and self._clock() >= deadline:
@@ -279,12 +306,21 @@ class RedisTopic(Generic[T]):
             wait = min(wait * 2, _JOIN_POLL[1])
 
     def held_by(self) -> str | None:
-        """``max_pending`` when a publish would wait for it now, else None."""
+        """``max_pending`` when a publish would wait for it now (in a partition: each one
+        bounds its own pending messages), else None."""
         limit = self._settings.max_pending
         if limit is None or not self.groups():
             return None
-        pending = self.stats().pending
-        return f"topic {self._name!r}: max_pending ({pending}/{limit})" if pending >= limit else None
+        pending = [int(value or 0) for value in
+                   self._each("hget", lambda part: part.stats, "pending")]
+        if len(pending) == 1:
+            held = pending[0]
+            return f"topic {self._name!r}: max_pending ({held}/{limit})" if held >= limit else None
+        full = [p for p, held in enumerate(pending) if held >= limit]
+        if not full:
+            return None
+        return (f"topic {self._name!r}: max_pending ({pending[full[0]]}/{limit}) in partition "
+                f"{full[0]}")
 
     def close(self) -> None:
         """Detach this handle: stop this process's members and publishers, hand their
@@ -311,8 +347,13 @@ class RedisTopic(Generic[T]):
         """Close this handle, then delete every key of the topic (its messages, groups,
         counters and dead letters) for every process."""
         self.close()
+        groups = self.groups()
         with self._connection.guard():
-            self._connection.client.delete(*self._keys.all())
+            for part in self._parts:  # one slot at a time (a Redis Cluster refuses more)
+                leases = [part.owner(group) for group in groups]
+                if part is self._keys:
+                    leases += [part.members(group) for group in groups]
+                self._connection.client.delete(*part.all(), *leases)
 
     def _shutdown(self, timeout: float = 5.0) -> None:
         """What the bus calls to remove or close the topic: `close`."""
@@ -341,8 +382,9 @@ class RedisTopic(Generic[T]):
             return
         body, kind, key, attributes = self._codec.fields(letter.message, letter.key,
                                                          letter.attributes or None)
+        part = self._parts[min(entry_of(letter.message_id)[0], len(self._parts) - 1)]
         replayed = self._connection.run(
-            "REPLAY", [self._keys.stream, self._keys.groups, self._keys.stats],
+            "REPLAY", [part.stream, part.groups, part.stats],
             [letter.group, letter.message_id, body, kind, key, attributes])
         if replayed is None:  # its group is gone
             self._dead_letters._write(DeadLetter(

@@ -13,7 +13,7 @@ from runtime.core._outcome import ACKED_OUTCOME, Outcome
 from runtime.core.settlement._dead_letters import DeadLetter
 from runtime.errors import BackendUnavailableError
 from runtime.redis._connection import Connection
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, message_id_of
 from runtime.redis._records import Codec, outcome_of
 
 __all__ = ["Watch"]
@@ -39,11 +39,15 @@ class Watch:
         keys: the topic's keys.
         topic: the topic's name.
         codec: decodes dead letters for the callback.
+        partitions: the topic's partitions (tailed in turn, one blocking read each).
     """
 
-    def __init__(self, connection: Connection, keys: TopicKeys, topic: str, codec: Codec) -> None:
+    def __init__(self, connection: Connection, keys: TopicKeys, topic: str, codec: Codec,
+                 partitions: int = 1) -> None:
         self._connection = connection
         self._keys = keys
+        self._parts = [TopicKeys.of(topic, p) for p in range(partitions)] if partitions > 1 else [keys]
+        self._turn = 0
         self._topic = topic
         self._codec = codec
         self._lock = threading.Lock()
@@ -52,13 +56,19 @@ class Watch:
         self._callback: Callable[[DeadLetter], Any] | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cursors: dict[str, bytes] = {}
+        self._partition_of: dict[str, int] = {}
         with connection.guard():
             pipe = connection.client.pipeline(transaction=False)
-            pipe.xrevrange(keys.settled, count=1)
-            pipe.xrevrange(keys.dead, count=1)
-            settled, dead = pipe.execute()
-        self._cursors = {keys.settled: settled[0][0] if settled else b"0-0",
-                         keys.dead: dead[0][0] if dead else b"0-0"}
+            for part in self._parts:
+                pipe.xrevrange(part.settled, count=1)
+                pipe.xrevrange(part.dead, count=1)
+            lasts = pipe.execute()
+        for partition, part in enumerate(self._parts):
+            settled, dead = lasts[2 * partition], lasts[2 * partition + 1]
+            self._cursors[part.settled] = settled[0][0] if settled else b"0-0"
+            self._cursors[part.dead] = dead[0][0] if dead else b"0-0"
+            self._partition_of[part.settled] = self._partition_of[part.dead] = partition
 
     def expect(self, message_id: str, future: Future[Outcome]) -> None:
         """Resolve ``future`` when ``message_id`` completes."""
@@ -92,33 +102,38 @@ class Watch:
             self._thread.start()
 
     def _run(self) -> None:
+        block = max(int(POLL * 1000) // len(self._parts), 1)
         while not self._stopping.is_set():
-            streams = {self._keys.settled: self._cursors[self._keys.settled]}
+            part = self._parts[self._turn]
+            self._turn = (self._turn + 1) % len(self._parts)
+            streams = {part.settled: self._cursors[part.settled]}
             if self._callback is not None:
-                streams[self._keys.dead] = self._cursors[self._keys.dead]
+                streams[part.dead] = self._cursors[part.dead]
             try:
                 with self._connection.guard():
-                    reply = self._connection.client.xread(streams, count=1000,
-                                                          block=int(POLL * 1000))
+                    reply = self._connection.client.xread(streams, count=1000, block=block)
             except BackendUnavailableError as exc:
                 logger.warning("topic %s: outcomes wait for Redis: %s", self._topic, exc)
                 self._stopping.wait(POLL * 5)
                 continue
             for stream, entries in reply or ():
-                self._cursors[stream.decode()] = entries[-1][0]
-                if stream.decode() == self._keys.settled:
-                    self._settled(entries)
+                name = stream.decode()
+                self._cursors[name] = entries[-1][0]
+                if name == part.settled:
+                    self._settled(entries, self._partition_of[name])
                 else:
-                    self._dead(entries)
+                    self._dead(entries, self._partition_of[name])
 
-    def _settled(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
+    def _settled(self, entries: list[tuple[bytes, dict[bytes, bytes]]], partition: int) -> None:
         done: list[tuple[Future[Outcome], Outcome]] = []
         with self._lock:
             for _, fields in entries:
                 if b"a" in fields:
-                    pairs = [(i, ACKED_OUTCOME) for i in fields[b"a"].decode().split(",")]
+                    pairs = [(message_id_of(partition, i), ACKED_OUTCOME)
+                             for i in fields[b"a"].decode().split(",")]
                 else:
-                    pairs = [(fields[b"i"].decode(), outcome_of(fields[b"n"]))]
+                    pairs = [(message_id_of(partition, fields[b"i"].decode()),
+                              outcome_of(fields[b"n"]))]
                 for message_id, outcome in pairs:
                     future = self._futures.pop(message_id, None)
                     if future is not None:
@@ -130,12 +145,13 @@ class Watch:
         for future, outcome in done:
             future.set_result(outcome)
 
-    def _dead(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
+    def _dead(self, entries: list[tuple[bytes, dict[bytes, bytes]]], partition: int) -> None:
         callback = self._callback
         if callback is None:
             return
         for entry_id, fields in entries:
             try:
-                callback(self._codec.dead_letter(self._topic, entry_id.decode(), fields))
+                callback(self._codec.dead_letter(self._topic, entry_id.decode(), fields,
+                                                 partition))
             except Exception:
                 logger.exception("on_dead_letter callback failed for %s", entry_id)

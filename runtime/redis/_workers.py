@@ -22,8 +22,9 @@ from runtime.core._settings import TopicSettings
 from runtime.errors import BackendUnavailableError
 from runtime.redis._connection import Connection
 from runtime.redis._consumer import Consumer, consumer_name
-from runtime.redis._keys import TopicKeys
+from runtime.redis._keys import TopicKeys, entry_of, message_id_of
 from runtime.redis._member import MemberLoop
+from runtime.redis._partitions import OwnedPartitions, give_back, running_in
 from runtime.redis._records import Codec
 
 __all__ = ["Workers"]
@@ -44,22 +45,26 @@ def _start_method() -> str:
 
 
 class _Running:
-    """The entry id a worker is running, in memory the parent can read after a crash."""
+    """The entry a worker is running (`message_id_of` its partition and entry id), in
+    memory the parent can read after a crash."""
 
     def __init__(self, context: Any) -> None:
-        self.cells = context.Array("q", 2, lock=False)  # (milliseconds, sequence); 0: none
+        # (milliseconds, sequence, partition); milliseconds 0: none
+        self.cells = context.Array("q", 3, lock=False)
 
-    def set(self, entry_id: str) -> None:
-        if entry_id:
+    def set(self, running: str) -> None:
+        if running:
+            partition, entry_id = entry_of(running)
             ms, _, seq = entry_id.partition("-")
             self.cells[1] = int(seq)
+            self.cells[2] = partition
             self.cells[0] = int(ms)
         else:
             self.cells[0] = 0
 
     def get(self) -> str:
-        ms, seq = self.cells[0], self.cells[1]
-        return f"{ms}-{seq}" if ms else ""
+        ms, seq, partition = self.cells[0], self.cells[1], self.cells[2]
+        return message_id_of(partition, f"{ms}-{seq}") if ms else ""
 
 
 class _Worker:
@@ -114,11 +119,8 @@ class Workers:
         self._settings = settings
         self._size = size
         self._codec = Codec(allow)
-        # What a worker connects with: the plain options (retry policies, locks and
-        # credential providers stay with the parent's client).
-        options = {name: value for name, value in connection.options.items()
-                   if value is None or isinstance(value, str | int | float | bool)}
-        self._spec = cloudpickle.dumps((options, keys, topic, group, subscriber_id,
+        self._all_keys = [TopicKeys.of(topic, p) for p in range(settings.partitions)]
+        self._spec = cloudpickle.dumps((connection.recipe(), keys, topic, group, subscriber_id,
                                         settings, handler, auto_ack, prefetch, allow))
         self._context: Any = multiprocessing.get_context(_start_method())
         self._stop_supervising = threading.Event()
@@ -199,8 +201,17 @@ class Workers:
                 self._workers[self._workers.index(dead)] = self._spawn()
 
     def _take_back(self, worker: _Worker, running: str) -> None:
+        partitions = self._settings.partitions
         try:
-            held, crashed = self._consumer(worker.name).release(running)
+            if partitions == 1:
+                held, crashed = self._consumer(worker.name).release(running)
+            else:  # every partition it may have owned, then its leases
+                held = crashed = 0
+                for partition in range(partitions):
+                    h, c = self._consumer(worker.name, partition).release(
+                        running_in(running, partition))
+                    held, crashed = held + h, crashed + c
+                give_back(self._connection, self._all_keys, self._group, worker.name)
         except BackendUnavailableError as exc:
             logger.warning("topic %s: could not take back worker %s's deliveries (%s); they "
                            "return after their ack deadline", self._topic, worker.name, exc)
@@ -209,12 +220,10 @@ class Workers:
             logger.info("topic %s: took back %d deliveries of worker %s (%d running)",
                         self._topic, held, worker.name, crashed)
 
-    def _consumer(self, name: str) -> Consumer:
-        consumer = Consumer(self._connection, self._keys, self._topic, self._group, self._sid,
-                            self._settings, self._codec, batch_acks=False)
-        if name:
-            consumer.name = name
-        return consumer
+    def _consumer(self, name: str, partition: int = 0) -> Consumer:
+        return Consumer(self._connection, TopicKeys.of(self._topic, partition), self._topic,
+                        self._group, self._sid, self._settings, self._codec, batch_acks=False,
+                        partition=partition, name=name or None)
 
 
 def _die_with_parent(parent: Pipe, stopping: threading.Event) -> None:
@@ -236,17 +245,19 @@ def _die_with_parent(parent: Pipe, stopping: threading.Event) -> None:
 def _worker_main(spec: bytes, name: str, running: _Running, parent: Pipe) -> None:
     """A worker process: one consumer of the group running the handler until stopped,
     then handing back what it holds."""
-    import redis
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    (options, keys, topic, group, sid, settings, handler, auto_ack, prefetch,
+    (recipe, keys, topic, group, sid, settings, handler, auto_ack, prefetch,
      allow) = cloudpickle.loads(spec)
     local_stop = threading.Event()
     _die_with_parent(parent, local_stop)
-    connection = Connection(redis.Redis(connection_pool=redis.ConnectionPool(**options)))
-    consumer = Consumer(connection, keys, topic, group, sid, settings, Codec(allow),
-                        batch_acks=True)
-    consumer.name = name
+    connection = Connection(recipe)
+    consumer: Consumer | OwnedPartitions
+    if settings.partitions > 1:  # a member that owns partitions, like a thread member
+        consumer = OwnedPartitions(connection, topic, group, sid, settings, Codec(allow),
+                                   batch_acks=True, name=name)
+    else:
+        consumer = Consumer(connection, keys, topic, group, sid, settings, Codec(allow),
+                            batch_acks=True, name=name)
     with contextlib.suppress(OSError):
         parent.send_bytes(b"ready")
 
@@ -254,4 +265,4 @@ def _worker_main(spec: bytes, name: str, running: _Running, parent: Pipe) -> Non
                stopping=local_stop, running=running.set).run()
     with contextlib.suppress(BackendUnavailableError):
         consumer.release()
-    connection.client.close()
+    connection.close()

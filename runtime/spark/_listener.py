@@ -9,6 +9,8 @@ event is committed: this listener, in the user's driver process, acks it.
 Acks are cumulative and idempotent, and the broker acks only what its lease log handed
 out, so a late or repeated event acks nothing twice and nothing unread.
 
+A Redis source's offset is acked the same way, on the Redis it names.
+
 The listener sees the progress of every query of the session, once per micro-batch.
 PySpark's own callback converts each event whole into Python objects, one py4j round
 trip per field, on the driver; this one reads only the sources' end offsets off the Java
@@ -24,7 +26,9 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from runtime.broker._client import Channel, parse_address
+from runtime.redis._connection import Connection
 from runtime.spark._options import read_authkey
+from runtime.spark._redis_source import REDIS_FIELD, ack_through
 from runtime.spark._source import lease_of_offset
 
 __all__ = ["AckOnProgress"]
@@ -108,10 +112,25 @@ def ack_end_offset(end_offset: str | None) -> bool:
         offset = json.loads(end_offset) if end_offset else None
     except ValueError:
         return False
+    if isinstance(offset, dict) and isinstance(offset.get(REDIS_FIELD), list):
+        return _ack_redis(offset)
     lease = lease_of_offset(offset) if isinstance(offset, dict) else None
     if lease is None or not isinstance(offset, dict):
         return False
     address, authkey_env, topic, group, consumer, lease_seconds = lease
     with Channel(parse_address(address), read_authkey(authkey_env)) as channel:
         channel.call("lease_ack", topic, group, consumer, float(lease_seconds), int(offset["offset"]))
+    return True
+
+
+def _ack_redis(offset: dict[str, Any]) -> bool:
+    """Ack below a Redis source's offset (nothing when its URL was left out)."""
+    url, topic, group, consumer = offset[REDIS_FIELD]
+    if url is None:
+        return False
+    connection = Connection(url)
+    try:
+        ack_through(connection, topic, group, consumer, [str(i) for i in offset["ids"]], None)
+    finally:
+        connection.close()
     return True

@@ -4,6 +4,10 @@ Spark hands a data source its options as strings in a case-insensitive mapping. 
 authkey never appears there: ``authkey_env`` names the environment variable holding
 it, read in each process that connects (driver runner, executor task, commit worker),
 so keys never sit in query plans or logs.
+
+A query reads and writes either through a broker endpoint (``address``, ``authkey_env``:
+an in-memory bus served by ``bus.serve``) or straight from a Redis (``redis``: a URL),
+never both.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.broker._client import Address, Channel, parse_address
-from runtime.errors import InvalidSettingsError
+from runtime.core._settings import TopicSettings
+from runtime.errors import BackendUnavailableError, InvalidSettingsError, TopicNotFoundError
+from runtime.redis._connection import Connection
 
 __all__ = [
-    "SINK_OPTIONS", "SOURCE_OPTIONS", "SinkOptions", "SourceOptions", "check_options", "read_authkey",
-    "refuse_unknown",
+    "REDIS_SINK_OPTIONS", "REDIS_SOURCE_OPTIONS", "SINK_OPTIONS", "SOURCE_OPTIONS",
+    "RedisSinkOptions", "RedisSourceOptions", "SinkOptions", "SourceOptions", "check_options",
+    "read_authkey", "refuse_unknown", "uses_redis",
 ]
 
 # Equal to a topic's default ack_timeout: a lease never outlives its deliveries' deadline
@@ -48,10 +55,18 @@ def read_authkey(variable: str) -> bytes:
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
 _ENDPOINT_OPTIONS = frozenset({"address", "authkey_env", "topic"})
 SOURCE_OPTIONS = _ENDPOINT_OPTIONS | {
-    "group", "consumer", "max_messages_per_batch", "lease_seconds", "partitions",
+    "redis", "group", "consumer", "max_messages_per_batch", "lease_seconds", "partitions",
     "fail_on_data_loss", "starting_position", "min_messages_per_batch", "max_trigger_delay",
 }
-SINK_OPTIONS = _ENDPOINT_OPTIONS | {"producer_id", "batch_id", "error_column"}
+SINK_OPTIONS = _ENDPOINT_OPTIONS | {"redis", "producer_id", "batch_id", "error_column"}
+# With ``redis``: the options that apply to a Redis topic (the broker's leases do not).
+REDIS_SOURCE_OPTIONS = frozenset({"redis", "topic", "group", "consumer", "max_messages_per_batch"})
+REDIS_SINK_OPTIONS = frozenset({"redis", "topic", "producer_id", "batch_id", "error_column"})
+
+
+def uses_redis(options: Mapping[str, str]) -> bool:
+    """Whether the options name a Redis (option ``redis``, any case, not empty)."""
+    return any(k.lower() == "redis" and v not in (None, "") for k, v in options.items())
 
 
 def refuse_unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
@@ -80,14 +95,41 @@ def check_options(
         InvalidSettingsError: naming the option and the value (a `ValueError`).
     """
     refuse_unknown(options, known, what)
+    values = _parsed(options)
+    for key in sorted(_ENDPOINT_OPTIONS - set(values)):
+        raise InvalidSettingsError(key, f"the actorbus {what} requires this option")
+    return values
+
+
+def check_redis_options(
+    options: Mapping[str, str], known: frozenset[str], side: frozenset[str], what: str,
+) -> dict[str, Any]:
+    """`check_options` for a query on a Redis (option ``redis``): a broker option, or one
+    that applies only to the broker's leases, is refused by name; ``topic`` is required.
+
+    Raises:
+        InvalidSettingsError: naming the option (and the value).
+    """
+    refuse_unknown(options, known | side, what)
+    values = _parsed(options)
+    for key in sorted(set(values) - known):
+        detail = ("is a broker endpoint option: give either redis or address and authkey_env"
+                  if key in _ENDPOINT_OPTIONS else
+                  f"does not apply to a Redis topic; the actorbus {what} with redis takes "
+                  f"{', '.join(sorted(known))}")
+        raise InvalidSettingsError(key, detail)
+    if "topic" not in values:
+        raise InvalidSettingsError("topic", f"the actorbus {what} requires this option")
+    return values
+
+
+def _parsed(options: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name, raw in options.items():
         key = name.lower()
         if key in _SPARK_OPTIONS or raw is None or str(raw) == "":
             continue
         values[key] = _RULES[key](key, str(raw))
-    for key in sorted(_ENDPOINT_OPTIONS - set(values)):
-        raise InvalidSettingsError(key, f"the actorbus {what} requires this option")
     return values
 
 
@@ -100,6 +142,28 @@ def _address(name: str, raw: str) -> Address:
         return parse_address(raw)
     except ValueError:
         raise InvalidSettingsError(name, f"must be 'host:port', got {raw!r}") from None
+
+
+def _redis_url(name: str, raw: str) -> str:
+    """A ``redis://``, ``rediss://`` or ``unix://`` URL redis-py can connect with."""
+    from redis.connection import parse_url
+
+    try:
+        parse_url(raw.strip())  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise InvalidSettingsError(name, (
+            f"must be a redis://host:port/db, rediss:// or unix:// URL, got {_without_password(raw)!r} "
+            f"({exc})")) from None
+    return raw.strip()
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part masked."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, place = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.partition(':')[0]}:***@{place}"
 
 
 def _flag(name: str, raw: str) -> bool:
@@ -150,7 +214,7 @@ _RULES: dict[str, Callable[[str, str], object]] = {
     "min_messages_per_batch": _count, "partitions": _count, "lease_seconds": _seconds,
     "max_trigger_delay": _seconds, "fail_on_data_loss": _flag,
     "starting_position": _starting_position,
-    "producer_id": _text, "batch_id": _text, "error_column": _text,
+    "producer_id": _text, "batch_id": _text, "error_column": _text, "redis": _redis_url,
 }
 assert set(_RULES) == SOURCE_OPTIONS | SINK_OPTIONS  # every option has its rule
 
@@ -238,3 +302,86 @@ class SinkOptions(_Endpoint):
 def _optional(values: Mapping[str, Any], name: str) -> str | None:
     value = values.get(name)
     return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RedisTopic:
+    redis: str
+    topic: str
+
+    def connect(self) -> Connection:
+        """A fresh connection to the Redis (in the calling process; nothing sent yet)."""
+        return Connection(self.redis)
+
+    def check(self, connection: Connection, group: str | None = None) -> TopicSettings:
+        """Check, on the driver, that the Redis answers and holds the topic (and
+        ``group``); returns the settings the topic was declared with.
+
+        Raises:
+            InvalidSettingsError: naming ``redis`` (no answer), ``topic`` or ``group``.
+        """
+        from runtime.redis._declare import recorded_settings
+        from runtime.redis._keys import TopicKeys
+
+        try:
+            settings = recorded_settings(connection, self.topic)
+            with connection.guard():
+                groups = None if group is None else {name.decode() for name in
+                                                     connection.client.smembers(TopicKeys.of(self.topic).groups)}
+        except BackendUnavailableError as exc:
+            raise InvalidSettingsError("redis", f"{connection.url} did not answer: {exc}") from None
+        except TopicNotFoundError:
+            raise InvalidSettingsError("topic", (
+                f"no topic {self.topic!r} on {connection.url} (create it with "
+                "bus.create_topic(..., backend='redis'))")) from None
+        if groups is not None and group not in groups:
+            raise InvalidSettingsError("group", (
+                f"topic {self.topic!r} on {connection.url} has no group {group!r} "
+                f"(its groups: {', '.join(sorted(groups)) or 'none'}; create it with "
+                "topic.create_group)"))
+        return settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisSourceOptions(_RedisTopic):
+    """``spark.readStream.format("actorbus").option("redis", url)`` options."""
+
+    group: str
+    consumer: str
+    max_messages_per_batch: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> RedisSourceOptions:
+        """Validate Spark's option strings (nothing is sent to Redis).
+
+        Raises:
+            InvalidSettingsError: an unknown option, a broker option, a missing topic,
+                or a malformed value (named, with the value).
+        """
+        values = check_redis_options(options, REDIS_SOURCE_OPTIONS, SOURCE_OPTIONS, "source")
+        group = str(values.get("group", "spark"))
+        return cls(redis=str(values["redis"]), topic=str(values["topic"]), group=group,
+                   consumer=str(values.get("consumer", group)),
+                   max_messages_per_batch=values.get("max_messages_per_batch"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisSinkOptions(_RedisTopic):
+    """``df.write(Stream).format("actorbus").option("redis", url)`` options."""
+
+    producer_id: str | None
+    batch_id: str | None
+    error_column: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> RedisSinkOptions:
+        """Validate Spark's option strings (nothing is sent to Redis).
+
+        Raises:
+            InvalidSettingsError: as `RedisSourceOptions.parse`.
+        """
+        values = check_redis_options(options, REDIS_SINK_OPTIONS, SINK_OPTIONS, "sink")
+        return cls(redis=str(values["redis"]), topic=str(values["topic"]),
+                   producer_id=_optional(values, "producer_id"),
+                   batch_id=_optional(values, "batch_id"),
+                   error_column=_optional(values, "error_column"))

@@ -157,6 +157,49 @@ def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # no
                 proc.kill()
 
 
+_QUIET_HOST = textwrap.dedent("""
+    import json, sys
+    from runtime import Bus
+
+    bus = Bus()
+    topic = bus.create_topic("t")
+    topic.subscribe(lambda delivery: delivery.ack(), group="a", workers=2)
+    for n in range(20):  # both workers have run hand-overs: both mapped the slots
+        topic.publish(n).outcome.result(timeout=30)
+    assert topic.join(30)
+    print(json.dumps(sorted(s.pid for s in bus.system.status().values() if s.pid)), flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_killed_bus_host_leaves_no_progress_file_behind(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", _QUIET_HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env=env,
+    )
+    descendants: list[psutil.Process] = []
+    try:
+        assert host.stdout is not None
+        workers = json.loads(host.stdout.readline())
+        descendants = psutil.Process(host.pid).children(recursive=True)
+
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(timeout=10)
+        alive = running_after(descendants, timeout=10.0)
+
+        assert len(workers) == 2
+        assert alive == [], [(p.pid, p.name()) for p in alive]
+        assert sorted(p.name for p in tmp_path.rglob("actorbus-progress-*")) == []
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+        for proc in descendants:
+            if proc.is_running():
+                proc.kill()
+
+
 # -- 3. A handler that hangs for ever -------------------------------------------------------------
 
 def _hanging(directory: str) -> Any:

@@ -1,7 +1,8 @@
 """A Spark driver to SIGKILL: source -> transform -> sink until killed.
 
 Run as a script by the Spark lifecycle tests (never imported). Arguments: broker
-address, source topic, sink topic, checkpoint directory, stall marker, lease seconds.
+address (or a ``redis://`` URL: both topics on that Redis), source topic, sink topic,
+checkpoint directory, stall marker, lease seconds (unused with a Redis).
 Its transform uppercases payloads; on the payload ``b"stall"`` it creates the stall
 marker and blocks, so the test kills it inside a planned, uncommitted batch.
 """
@@ -30,10 +31,12 @@ def main(address: str, source: str, sink: str, checkpoint: str, marker: str, lea
             threading.Event().wait()  # until SIGKILL
         return payload.upper()
 
-    common = {"address": address, "authkey_env": "ACTORBUS_TEST_AUTHKEY"}
+    on_redis = address.startswith("redis://")
+    common = ({"redis": address} if on_redis
+              else {"address": address, "authkey_env": "ACTORBUS_TEST_AUTHKEY"})
+    leases = {} if on_redis else {"lease_seconds": lease}
     frame = spark.readStream.format("actorbus").options(
-        **common, topic=source, group="spark", max_messages_per_batch="20",
-        lease_seconds=lease).load()
+        **common, topic=source, group="spark", max_messages_per_batch="20", **leases).load()
     out = frame.select(F.udf(upper, "binary", useArrow=False)("payload").alias("payload"))
     query = (out.writeStream.format("actorbus").options(**common, topic=sink)
              .option("checkpointLocation", checkpoint).trigger(processingTime="100 milliseconds")

@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from functools import partial
 from operator import itemgetter
@@ -164,6 +164,10 @@ class Ledger:
         self._counters = Counters()
         self._tracks: dict[int, OutcomeTrack] = {}
         self._live: dict[int, HandOver] = {}
+        # Replayed letters of one message share one track (its seq): the message is
+        # pending and delivered once, however many of its destinations get it back.
+        self._replay_seqs: dict[str, int] = {}
+        self._replayed_ids: dict[int, str] = {}
         self._handover_ids = itertools.count(1)
         self._deadlines = Deadlines(ack_timeout, clock)
         self._schedule: Callable[[float], None] = lambda when: None
@@ -215,6 +219,33 @@ class Ledger:
                     for seq, future in zip(seqs, futures, strict=True):
                         tracks[seq] = OutcomeTrack(destinations, future)
 
+    def replay_seq(self, message_id: str, fresh: Iterator[int]) -> int:
+        """The sequence number a replayed letter of ``message_id`` travels under: that of
+        the message's letters still out, else ``next(fresh)``."""
+        with self._lock:
+            seq = self._replay_seqs.get(message_id)
+        return next(fresh) if seq is None else seq
+
+    def reserve_replay(self, envelope: Envelope, message_id: str) -> None:
+        """Count a replayed letter pending: a destination more on its message's track
+        when other letters of it are out, else the message pending anew.
+
+        Raises:
+            TopicClosedError: the topic closed; nothing was reserved.
+        """
+        with self._lock:
+            if self.closed:
+                raise TopicClosedError(self._topic)
+            seq = envelope[SEQ]
+            track = self._tracks.get(seq)
+            if track is not None:
+                track.remaining += 1
+                return
+            self.pending += 1
+            self._tracks[seq] = OutcomeTrack(1, None)
+            self._replay_seqs[message_id] = seq
+            self._replayed_ids[seq] = message_id
+
     def take_slot(self, max_pending: int, deadline: float | None) -> None:
         """Wait until fewer than ``max_pending`` messages are pending, then take a slot.
 
@@ -234,16 +265,22 @@ class Ledger:
                 raise TopicClosedError(self._topic)
             self.pending += 1
 
-    def take_slots(self, count: int, max_pending: int) -> int:
+    def take_slots(self, count: int, max_pending: int, deadline: float | None = None) -> int:
         """Wait until fewer than ``max_pending`` messages are pending, then take up to
-        ``count`` slots (as many as are free); returns how many. No time bound.
+        ``count`` slots (as many as are free); returns how many.
+
+        Blocks until ``deadline`` (``time.monotonic()`` based; None: no bound).
 
         Raises:
             TopicClosedError: the topic closed (also while waiting).
+            WouldBlock: the deadline passed first (no slot was taken).
         """
         with self._changed:
             while not self.closed and self.pending >= max_pending:
-                self._changed.wait()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WouldBlock(f"topic {self._topic!r} has {max_pending} pending messages")
+                self._changed.wait(remaining)
             if self.closed:
                 raise TopicClosedError(self._topic)
             taken = min(count, max_pending - self.pending)
@@ -503,6 +540,8 @@ class Ledger:
 
     def _complete(self, seq: int, track: OutcomeTrack, effects: list[Effect]) -> None:
         del self._tracks[seq]
+        if seq < 0:  # a replay's track
+            self._replay_seqs.pop(self._replayed_ids.pop(seq, ""), None)
         self.pending -= 1
         outcome = track.outcome()
         if outcome.acked:

@@ -5,7 +5,9 @@ started it and the index of the delivery its handler is on; the parent reads the
 when a hand-over's ack deadline comes due (a hand-over the worker has not started yet
 keeps its deadline off) and when the worker dies (only the delivery it was running
 counts an attempt). A killed process cannot report anything, so the slot is memory both
-processes map: the worker's writes survive it.
+processes map: the worker's writes survive it. On Linux that memory is an anonymous
+file (``memfd``) the worker opens through ``/proc/<parent>/fd``: it has no name on disk,
+so a parent that dies without `Progress.close` (SIGKILL) leaves nothing behind.
 
 Each slot is three 64-bit words: the hand-over's number, the delivery's index and the
 start time (``time.monotonic_ns``, one clock for every process of a machine). The worker
@@ -36,19 +38,26 @@ _PAST = 2**62  # a hand-over number no worker reaches
 class Progress:
     """The slots of one group's worker processes (one per member), owned by the parent.
 
-    The backing file lives in the temporary directory until `close` removes it.
+    The backing file is anonymous on Linux (gone with the last process that maps it);
+    elsewhere it lives in the temporary directory until `close` removes it.
 
     Args:
         slots: how many members.
     """
 
     def __init__(self, slots: int) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="actorbus-progress-")
+        fd, self.path, self._named = _shared_file()
         try:
             os.ftruncate(fd, max(slots, 1) * _WORDS * _WORD)
             self._map = mmap.mmap(fd, 0)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        # An anonymous file stays reachable by its /proc path only while this fd is open.
+        self._fd: int | None = fd
+        if self._named:
+            os.close(fd)
+            self._fd = None
         self._words = memoryview(self._map).cast("q")
         self._lock = threading.Lock()  # reads against `close`
 
@@ -87,10 +96,25 @@ class Progress:
                 return
             self._words.release()
             self._map.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._named:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def _shared_file() -> tuple[int, str, bool]:
+    """An open file for the slots, the path a worker opens it by, and whether that path is
+    a name on disk (to remove on close) rather than an anonymous file's ``/proc`` entry."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        fd = memfd_create("actorbus-progress")
+        return fd, f"/proc/{os.getpid()}/fd/{fd}", False
+    fd, path = tempfile.mkstemp(prefix="actorbus-progress-")
+    return fd, path, True
 
 
 class SlotWriter:

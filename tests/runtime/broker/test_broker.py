@@ -196,8 +196,9 @@ def test_staged_rows_are_accepted_when_staged(bus: Bus, server: BusServer) -> No
 
 def test_publish_batch_takes_messages_only(server: BusServer) -> None:
     with Channel(server.address, KEY) as channel:
-        ids = channel.call("publish_batch", "orders", [Message(data=b"x"), Message(data=b"y")])
+        ids, error = channel.call("publish_batch", "orders", [Message(data=b"x"), Message(data=b"y")])
         with pytest.raises(TypeError):
             channel.call("publish_batch", "orders", [b"raw"])
 
+    assert error is None
     assert len(set(ids)) == 2

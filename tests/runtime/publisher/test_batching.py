@@ -238,3 +238,13 @@ def test_runs_share_a_batch_each_with_its_own_slice() -> None:
     assert [batch.datas for batch in closed] == [[b"a", b"b", b"c", b"d"]]
     assert closed[0].slices == [(first, 0, 1), (second, 0, 3)] and closed[0].keys == ["k"] * 4
     assert batcher.drain()[0].slices == [(second, 3, 1)]
+
+
+def test_the_unkeyed_lane_keeps_each_message_s_own_ordering_key() -> None:
+    batcher = Batcher(BatchSettings(max_messages=3), clock=FakeClock())
+    futures: list[Future[str]] = [Future() for _ in range(3)]
+
+    closed = batcher.add(None, [([b"a"], {}, "k1", [futures[0]], 0, [1]),
+                                ([b"b", b"c"], {}, "k2", futures[1:], 0, [1, 1])])
+
+    assert [batch.keys for batch in closed] == [["k1", "k2", "k2"]]

@@ -10,53 +10,94 @@ import pytest
 from support.publisher import FakeTopic, batching
 
 from actors import ActorSystem
-from runtime.errors import PublishError
-from runtime.publisher._bulk import Bulk
-from runtime.publisher._flow_control import FlowControl
-from runtime.publisher._intake import MAX_QUEUED, Accepted, Intake
+from runtime.errors import PublishError, WouldBlock
+from runtime.publisher._flow_control import FlowControl, FlowGate
+from runtime.publisher._intake import MAX_QUEUED, Bulk, Intake
 from runtime.publisher._publisher import Publisher
 
 
+def _intake() -> Intake:
+    return Intake(FlowGate(FlowControl()))
+
+
 def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None:
-    intake = Intake(threading.Lock())
+    intake = _intake()
     shared: dict[str, str] = {}
     futures: list[Future[str]] = [Future() for _ in range(5)]
     keys = [None, "k", "k", "k", None]
     for n, key in enumerate(keys):
-        intake.add(((b"x" * (n + 1),), shared, key, futures[n], 0, (n + 1,)))
+        intake.put(b"x" * (n + 1), shared, key, futures[n], n + 1)
 
     assert intake.queued() == 5
-    taken = intake.take()
-    intake.add(((b"late",), shared, None, Future(), 0, (4,)))
+    with intake._gate.lock:
+        taken = intake.take()
+    intake.put(b"late", shared, None, Future(), 4)
 
-    assert taken == [  # a lone publish stays as it came
-        ((b"x",), shared, None, futures[0], 0, (1,)),
+    assert taken == [
+        ([b"x"], shared, None, futures[:1], 0, [1]),
         ([b"xx", b"xxx", b"xxxx"], shared, "k", futures[1:4], 0, [2, 3, 4]),
-        ((b"xxxxx",), shared, None, futures[4], 0, (5,)),
+        ([b"xxxxx"], shared, None, futures[4:], 0, [5]),
     ]
-    assert [run[0] for run in intake.take()] == [(b"late",)]
-    assert intake.queued() == 0 and intake.take() == []
+    with intake._gate.lock:
+        assert [run[0] for run in intake.take()] == [[b"late"]]
+        assert intake.queued() == 0 and intake.take() == []
+    assert intake._gate.outstanding == (6, 19)  # admitted by the gate, released by settling
+
+
+@pytest.mark.parametrize("ordering", [False, True])
+def test_interleaved_keys_gather_into_one_run_per_key_only_with_ordering(ordering: bool) -> None:
+    intake = Intake(FlowGate(FlowControl()), ordering=ordering)
+    shared: dict[str, str] = {}
+    for n, key in enumerate(["a", "b", "a", "b", None, "a"]):
+        intake.put(b"%d" % n, shared, key, Future(), 1)
+
+    with intake._gate.lock:
+        runs = [(run[2], run[0]) for run in intake.take()]
+
+    if ordering:  # each key is a lane: its order is all that must hold
+        assert runs == [("a", [b"0", b"2", b"5"]), ("b", [b"1", b"3"]), (None, [b"4"])]
+    else:  # one lane: publish order across keys
+        assert runs == [("a", [b"0"]), ("b", [b"1"]), ("a", [b"2"]), ("b", [b"3"]),
+                        (None, [b"4"]), ("a", [b"5"])]
 
 
 def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
-    intake = Intake(threading.Lock())
+    intake = _intake()
     bulk = Bulk(2)
-    intake.add(((b"a",), {"n": "1"}, None, Future(), 0, (2,)))
-    intake.add(((b"b",), {"n": "1"}, None, Future(), 0, (2,)))  # an equal, other copy
-    intake.add(((b"c", b"d"), {}, None, bulk, 0, (1, 1)))
+    intake.put(b"a", {"n": "1"}, None, Future(), 2)
+    intake.put(b"b", {"n": "1"}, None, Future(), 2)  # an equal, other copy
+    with intake._gate.lock:
+        intake.add(([b"c", b"d"], {}, None, bulk, 0, [1, 1]))
+    intake.put(b"e", {}, None, Future(), 1)  # never appended to a bulk run
 
-    runs = intake.take()
+    with intake._gate.lock:
+        runs = intake.take()
 
-    assert [run[0] for run in runs] == [(b"a",), (b"b",), (b"c", b"d")] and runs[2][3] is bulk
+    assert [run[0] for run in runs] == [[b"a"], [b"b"], [b"c", b"d"], [b"e"]]
+    assert runs[2][3] is bulk
 
 
-def test_a_sealed_intake_gives_what_it_held_and_says_so() -> None:
-    intake = Intake(threading.Lock())
-    intake.add(([b"held"], {}, None, Future(), 0, [4]))
+def test_a_sealed_intake_gives_what_it_held_and_refuses_more() -> None:
+    intake = _intake()
+    intake.put(b"held", {}, None, Future(), 4)
 
-    held = intake.seal()
+    with intake._gate.lock:
+        held = intake.seal()
 
     assert [item[0] for item in held] == [[b"held"]] and intake.sealed
+    with pytest.raises(PublishError, match="Publisher is closed"):
+        intake.put(b"late", {}, None, Future(), 4)
+    assert intake._gate.outstanding == (1, 4)  # the refused one was given back
+
+
+def test_a_publish_that_would_wait_is_refused_untouched() -> None:
+    intake = Intake(FlowGate(FlowControl(max_outstanding_messages=1)))
+    assert intake.put(b"a", {}, None, Future(), 1) is True
+
+    with pytest.raises(WouldBlock):
+        intake.put(b"b", {}, None, Future(), 1)
+
+    assert intake.queued() == 1 and intake._gate.outstanding == (1, 1)
 
 
 def test_unlimited_outstanding_is_exact_while_messages_wait(system: ActorSystem) -> None:
@@ -177,12 +218,15 @@ def test_outstanding_returns_to_zero_on_both_paths(system: ActorSystem, limited:
 
 
 def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
-    intake = Intake(threading.Lock())
-    item: Accepted = ([b"x"], {}, None, Future(), 0, [1])
+    intake = _intake()
+    shared: dict[str, str] = {}
 
-    assert [intake.add(item), intake.add(item), intake.add(item)] == [True, False, False]
-    assert len(intake.take()[0][0]) == 3  # one run of three
-    assert intake.add(item) is True  # the drain cleared it: the next message rings again
+    told = [intake.put(b"x", shared, None, Future(), 1) for _ in range(3)]
+
+    assert told == [True, False, False]
+    with intake._gate.lock:
+        assert len(intake.take()[0][0]) == 3  # one run of three
+    assert intake.put(b"x", shared, None, Future(), 1) is True  # the next one rings again
 
 
 def test_a_publisher_waits_for_the_actor_once_the_intake_is_full(system: ActorSystem) -> None:

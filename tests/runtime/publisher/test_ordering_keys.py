@@ -17,7 +17,7 @@ from runtime.errors import (
     TopicClosedError,
 )
 from runtime.publisher._batching import BatchSettings
-from runtime.publisher._flow_settings import FlowControl
+from runtime.publisher._flow_control import FlowControl
 from runtime.publisher._publisher import Publisher
 
 ONE_AT_A_TIME = BatchSettings(max_messages=1, max_latency=60.0)

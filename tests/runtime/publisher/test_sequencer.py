@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
+from runtime.publisher._actor import Ticker
 from runtime.publisher._batching import Batch
 from runtime.publisher._sequencer import KeySequencer
-from runtime.publisher._ticker import Ticker
 
 
 def batch(batch_id: int, key: str | None) -> Batch:

@@ -1,98 +1,20 @@
 """A real redis-server for the Redis backend's tests, started once per session on a free
-loopback port and stopped by its pid."""
+loopback port and stopped by its pid; and a real 3-master Redis Cluster on loopback, also
+once per session (both from `support.redis_server`)."""
 
 from __future__ import annotations
 
-import select
-import shutil
-import socket
-import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.redis_server import REDIS_CLI, REDIS_SERVER, RedisClusterNodes, RedisServer
+from support.redis_server import SKIP_CLUSTER_REASON as _SKIP_CLUSTER
+from support.redis_server import SKIP_REASON as _SKIP
 
 from runtime import Bus
-
-REDIS_SERVER = shutil.which("redis-server")
-_SKIP = "redis-server is not on PATH (install the Debian package redis-server)"
-
-
-class RedisServer:
-    """One redis-server process this suite owns.
-
-    Args:
-        workdir: its working directory (the AOF lives there when enabled).
-        appendonly: run with ``--appendonly yes --appendfsync everysec``.
-    """
-
-    def __init__(self, workdir: Path, *, appendonly: bool = False) -> None:
-        self.workdir = workdir
-        self.appendonly = appendonly
-        self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """Its URL, database 0."""
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        """Start it and wait until it says it accepts connections (up to 10 s)."""
-        assert REDIS_SERVER is not None
-        durability = (["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly
-                      else ["--appendonly", "no"])
-        # Its log goes to a pipe: the "Ready to accept connections" line is the readiness
-        # signal. Nothing else is logged at this level until shutdown (no saves, no AOF
-        # rewrites in a test), so the pipe never fills.
-        self.process = process = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             *durability, "--dir", str(self.workdir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)  # unbuffered: select sees every line
-        assert process.stdout is not None
-        deadline = time.monotonic() + 10.0
-        while (remaining := deadline - time.monotonic()) > 0:
-            readable, _, _ = select.select([process.stdout], [], [], remaining)
-            if not readable:
-                break
-            line = process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"redis-server exited with {process.wait(timeout=10)}")
-            if b"Ready to accept connections" in line:
-                return
-        raise RuntimeError("redis-server was not ready within 10 s")
-
-    def kill(self) -> None:
-        """SIGKILL it (a crash: no final fsync) and reap it."""
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-            self._close_log()
-
-    def _close_log(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        self.process.stdout.close()
-        self.process = None
-
-    def stop(self) -> None:
-        """Terminate it by its pid and reap it."""
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-            self._close_log()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -108,6 +30,50 @@ def _session_redis() -> Iterator[RedisServer | None]:
         server.start()
         yield server
         server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_redis_cluster() -> Iterator[RedisClusterNodes | None]:
+    """The session's 3-master Redis Cluster, started before any test of this folder (for
+    the leak check, as `_session_redis`). None when redis-server or redis-cli is missing."""
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
+        cluster = RedisClusterNodes(Path(workdir))
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(_session_redis_cluster: RedisClusterNodes | None) -> RedisClusterNodes:
+    """The session's Redis Cluster (3 masters, no replicas, shared by the session)."""
+    if _session_redis_cluster is None:
+        pytest.skip(_SKIP_CLUSTER)
+    return _session_redis_cluster
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: RedisClusterNodes) -> str:
+    """The session cluster's ``redis+cluster://`` URL."""
+    return redis_cluster.url
+
+
+@pytest.fixture
+def own_redis_cluster() -> Iterator[RedisClusterNodes]:
+    """A 3-master Redis Cluster of its own, for a test that kills one of its masters."""
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        pytest.skip(_SKIP_CLUSTER)
+    with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
+        cluster = RedisClusterNodes(Path(workdir))
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 @pytest.fixture
@@ -150,11 +116,13 @@ def redis_bus(redis_url: str) -> Iterator[Bus]:
         yield bus
 
 
-@pytest.fixture(params=["in_memory", "redis"])
+@pytest.fixture(params=["in_memory", "redis", "redis_cluster"])
 def backend(request: pytest.FixtureRequest) -> str:
-    """Runs a behaviour case on both backends."""
+    """Runs a behaviour case on both backends (Redis: a single server and a cluster)."""
     if request.param == "redis" and REDIS_SERVER is None:
         pytest.skip(_SKIP)
+    if request.param == "redis_cluster" and (REDIS_SERVER is None or REDIS_CLI is None):
+        pytest.skip(_SKIP_CLUSTER)
     return str(request.param)
 
 
@@ -163,8 +131,8 @@ def any_bus(backend: str, request: pytest.FixtureRequest) -> Iterator[Bus]:
     """A bus whose topics use ``backend`` by default."""
     from runtime import TopicSettings
 
-    if backend == "redis":
-        url = request.getfixturevalue("redis_url")
+    if backend != "in_memory":
+        url = request.getfixturevalue("redis_url" if backend == "redis" else "redis_cluster_url")
         with Bus(redis=url, defaults=TopicSettings(backend="redis")) as bus:
             yield bus
     else:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from runtime import Bus, Message, TopicSettings
+from runtime import Bus, Message
 from runtime.errors import (
     BackendUnavailableError,
     InvalidSettingsError,
@@ -217,18 +217,6 @@ def test_redis_topic_needs_a_connection() -> None:
     assert info.value.setting == "redis"
 
 
-def test_partitions_beyond_one_are_refused_by_both_backends_for_now(redis_bus: Bus,
-                                                                     topic_name: str) -> None:
-    with pytest.raises(InvalidSettingsError) as in_memory:
-        TopicSettings(partitions=2).validate()
-    TopicSettings(backend="redis", partitions=4).validate()  # the setting itself is valid
-    with pytest.raises(InvalidSettingsError) as redis_topic:
-        redis_bus.create_topic(topic_name, backend="redis", partitions=4)
-
-    assert (in_memory.value.setting, redis_topic.value.setting) == ("partitions", "partitions")
-    assert topic_name not in redis_bus.topics()
-
-
 def test_a_redis_that_is_down_is_a_typed_error_naming_its_url() -> None:
     with (socket_port() as port, Bus(redis=f"redis://127.0.0.1:{port}/0") as bus,
           pytest.raises(BackendUnavailableError) as info):
@@ -416,4 +404,28 @@ def test_throttle_slows_and_counts_publishes_near_max_pending(redis_bus: Bus, to
     # After the 5th, 5 of 10 slots are free (ratio 0.5): the 6th..8th publishes wait.
     assert topic.stats().throttled == 3
     assert topic.stats().pending == 8
+    topic.destroy()
+
+
+def test_a_remote_batch_into_a_full_redis_topic_fails_whole_at_its_timeout(
+        redis_bus: Bus, topic_name: str) -> None:
+    from runtime.broker._remote import connect
+
+    topic = redis_bus.create_topic(topic_name, backend="redis", max_pending=1)
+    topic.create_group("g")
+    topic.publish(b"held")
+    server = redis_bus.serve(authkey=b"redis-batch-key")
+    try:
+        with connect(server.address, authkey=b"redis-batch-key") as remote:
+            publisher = remote.topic(topic_name).publisher(publish_timeout=0.3)
+            futures = [publisher.publish(b"m%d" % n) for n in range(3)]
+            publisher.flush(timeout=30)
+
+            errors = [future.exception(timeout=10) for future in futures]
+            publisher.close(timeout=10)
+    finally:
+        server.close()
+
+    assert all(isinstance(error, WouldBlock) for error in errors)
+    assert topic.stats().pending == 1  # the batch took no slot
     topic.destroy()

@@ -69,7 +69,7 @@ def test_an_unknown_option_lists_the_known_ones() -> None:
 
     assert refused.value.setting == "partitions"
     assert str(refused.value).endswith(
-        "known: address, authkey_env, batch_id, error_column, producer_id, topic")
+        "known: address, authkey_env, batch_id, error_column, producer_id, redis, topic")
 
 
 def test_defaults() -> None:

@@ -151,3 +151,20 @@ def test_replay_to_another_topic_reaches_all_of_its_destinations(bus: Bus) -> No
 
     assert group.receive(timeout=5).message == "a"
     assert audit.receive(timeout=5).message == "a"
+
+
+def test_a_message_replayed_to_two_groups_counts_once_in_stats(bus: Bus) -> None:
+    topic = bus.create_topic("t", max_delivery_attempts=1)
+    topic.subscribe(lambda d: d.ack() if d.attempt > 1 else d.nack(), group="a")
+    topic.subscribe(lambda d: d.ack() if d.attempt > 1 else d.nack(), group="b")
+    ids = [topic.publish(n).message_id for n in range(3)]
+    assert topic.join(timeout=10)
+    assert sorted(d.message_id for d in topic.dead_letters) == sorted(ids * 2)
+
+    assert topic.dead_letters.replay() == 6
+
+    assert topic.join(timeout=10)
+    stats = topic.stats()
+    assert (stats.published, stats.delivered, stats.pending) == (3, 3, 0)
+    assert (stats.nacked, stats.dead_lettered) == (6, 6)
+    assert len(topic.dead_letters) == 0

@@ -1,0 +1,243 @@
+"""The streaming source on a Redis topic: a Spark query as one consumer of a group.
+
+The query is the consumer ``consumer`` of the topic's consumer group ``group``, and that
+consumer's pending entries are its lease log. An offset names, per topic partition, the
+last entry id a batch reaches: ``{"ids": [id per partition], "redis": [url, topic,
+group, consumer]}``. A batch is, per partition, this consumer's pending entries after
+the start offset's id up to the end offset's. Where each call runs:
+
+- driver runner: ``latestOffset`` moves new entries into the consumer's pending list
+  (one script per partition, which answers only the last id and a count: no payload
+  reaches the driver), ``commit`` acks a committed batch through the settle script's
+  bookkeeping (outcomes, stats, the settled records);
+- executors: ``read``, one task per topic partition, reads its range of pending entries
+  and changes nothing, so a retried task, or the same batch planned again after a driver
+  restart (Spark replays the batch from its offset log), reads the same entries;
+- the user's driver process: the progress listener acks the last committed batch (see
+  `runtime.spark._listener`), as for the broker's source.
+
+At least once: an entry is acked only below an offset Spark committed. A run that stops
+before its batch was committed leaves the batch pending for this consumer, and the next
+run reads it again first. Entries the group's other members take over after the topic's
+``ack_timeout`` are theirs; a batch that outlasts ``ack_timeout`` on a topic with other
+members may therefore be read twice (warned at the ack).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from runtime.core._settings import TopicSettings
+from runtime.redis._connection import Connection
+from runtime.redis._keys import TopicKeys
+from runtime.spark._options import RedisSourceOptions
+from runtime.spark._redis_rows import Limits, held_batch
+
+__all__ = ["HeldRange", "RedisStreamReader", "ack_through", "redis_offset_name"]
+
+logger = logging.getLogger(__name__)
+REDIS_FIELD = "redis"
+FIRST_ID = "0-0"
+# Most entries one partition adds to a batch when Spark sets no limit: bounds the planning
+# script's run and one task's range (a larger backlog takes several batches).
+UNLIMITED_ROWS = 1_000_000
+# Entries per read script call and per Arrow batch handed to Spark.
+SLICE_ROWS = 20_000
+
+
+def redis_offset_name(options: RedisSourceOptions) -> list[Any]:
+    """What an offset names besides its ids: [url, topic, group, consumer]. The URL is
+    None when it holds a password (offsets are kept in checkpoints): the progress
+    listener then leaves the last batch to the query's next run."""
+    url = options.redis if "@" not in options.redis else None
+    return [url, options.topic, options.group, options.consumer]
+
+
+def ack_through(connection: Connection, topic: str, group: str, consumer: str,
+                ids: Sequence[str], ack_timeout: float | None) -> tuple[int, int]:
+    """Ack ``consumer``'s pending entries up to ``ids[p]`` in each partition ``p``;
+    returns (acked, of those held past ``ack_timeout``).
+
+    Raises:
+        BackendUnavailableError: Redis did not answer.
+    """
+    timeout = 0 if ack_timeout is None else int(ack_timeout * 1000)
+    acked = late = 0
+    for partition, last in enumerate(ids):
+        keys = TopicKeys.of(topic, partition)
+        done, overdue = connection.run(
+            "ACK_THROUGH", keys.settling(), [group, consumer, last, timeout])
+        acked, late = acked + int(done), late + int(overdue)
+        if done:
+            connection.run("TRIM", [keys.stream, keys.groups], [])
+    return acked, late
+
+
+class HeldRange(InputPartition):
+    """Topic partition ``partition``'s entries after id ``after`` up to ``upto``."""
+
+    def __init__(self, partition: int, after: str, upto: str) -> None:
+        super().__init__((partition, after, upto))
+        self.partition = partition
+        self.after = after
+        self.upto = upto
+
+
+class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads a Redis topic's group as the consumer ``consumer`` (see the module).
+
+    Args:
+        options: the parsed options.
+        schema: Spark's schema of the rows.
+        settings: the topic's recorded settings (its partitions, deadline, attempts).
+    """
+
+    def __init__(self, options: RedisSourceOptions, schema: StructType,
+                 settings: TopicSettings) -> None:
+        self.options = options
+        self.schema = schema
+        self.settings = settings
+        self._connection: Connection | None = None
+        self._available_now = False
+        self._targets: list[str] | None = None
+        self._name = redis_offset_name(options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get a copy: never a connection.
+        return {"options": self.options, "schema": self.schema, "settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"], state["schema"], state["settings"])  # type: ignore[misc]
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The start of every partition: a fresh query first reads what the consumer
+        still holds (what an earlier run never committed), then new entries."""
+        return self._offset([FIRST_ID] * self.settings.partitions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``max_messages_per_batch`` as Spark's admission control."""
+        limit = self.options.max_messages_per_batch
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """End this run at what the partitions hold when its first batch is planned."""
+        self._available_now = True
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Ack ``start`` (its batch is committed: Spark plans the next batch only after
+        the previous one's commit-log entry), then take the next batch's entries."""
+        first = self._ids(start)
+        self.ack(first)
+        connection = self._connect()
+        if self._available_now and self._targets is None:
+            self._targets = [str(connection.run("STREAM_END", [TopicKeys.of(
+                self.options.topic, p).stream], [])[0].decode()) for p in range(len(first))]
+        rows = self._rows(limit, len(first))
+        ends = []
+        for partition, after in enumerate(first):
+            upto = "" if self._targets is None else self._targets[partition]
+            last, _ = connection.run(
+                "TAKE_RANGE", [TopicKeys.of(self.options.topic, partition).stream],
+                [self.options.group, self.options.consumer, after, rows, upto])
+            ends.append(last.decode() if isinstance(last, bytes) else str(last))
+        return self._offset(ends)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One read task per topic partition whose range is not empty.
+
+        Raises:
+            ValueError: the offsets name another partition count than the topic has.
+        """
+        first, last = self._ids(start), self._ids(end)
+        return [HeldRange(p, a, b) for p, (a, b) in enumerate(zip(first, last, strict=True))
+                if a != b]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed everything up to ``end``: ack it."""
+        self.ack(self._ids(end))
+
+    def ack(self, ids: Sequence[str]) -> None:
+        """Ack up to ``ids``; warn about entries held past the topic's ``ack_timeout``."""
+        _, late = ack_through(self._connect(), self.options.topic, self.options.group,
+                              self.options.consumer, ids, self.settings.ack_timeout)
+        if late:
+            logger.warning(
+                "actorbus source %s/%s: %d entries were acked after the topic's ack_timeout; "
+                "other members of the group may have taken them first (raise ack_timeout, "
+                "or make batches shorter)", self.options.topic, self.options.group, late)
+
+    def stop(self) -> None:
+        """Disconnect; what is not committed stays pending for this consumer."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: the range's entries, as Arrow batches of at most `SLICE_ROWS` rows."""
+        assert isinstance(partition, HeldRange)
+        connection = self.options.connect()
+        try:
+            yield from read_held(connection, self.options, self.settings, self.schema, partition)
+        finally:
+            connection.close()
+
+    def _connect(self) -> Connection:
+        if self._connection is None:
+            self._connection = self.options.connect()
+        return self._connection
+
+    def _rows(self, limit: ReadLimit, partitions: int) -> int:
+        """Entries each partition may add: the limit spread over the partitions."""
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        cap = self.options.max_messages_per_batch
+        total = min(rows, cap) if rows and cap else rows or cap
+        return UNLIMITED_ROWS if total is None else max(1, math.ceil(total / partitions))
+
+    def _ids(self, offset: dict[str, Any]) -> list[str]:
+        ids = [str(i) for i in offset["ids"]]
+        if len(ids) != self.settings.partitions:
+            raise ValueError(
+                f"actorbus source {self.options.topic}: the checkpoint's offsets name "
+                f"{len(ids)} partitions, the topic has {self.settings.partitions}")
+        return ids
+
+    def _offset(self, ids: list[str]) -> dict[str, Any]:
+        return {"ids": ids, REDIS_FIELD: self._name}
+
+
+def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
+              schema: StructType, partition: HeldRange) -> Iterator[pa.RecordBatch]:
+    """The pending entries of ``partition``'s range, slice by slice. While Spark takes
+    one slice, a thread of the task reads the next: Redis's work and the task's overlap."""
+    keys = TopicKeys.of(options.topic, partition.partition)
+    limits = Limits.of(settings, keys, options.group, options.consumer)
+
+    def fetch(after: str) -> Any:
+        return connection.run("READ_HELD", [keys.stream], [
+            options.group, options.consumer, after, partition.upto, SLICE_ROWS])
+
+    with ThreadPoolExecutor(1, "actorbus-redis-read") as reader:
+        reply = fetch(partition.after)
+        while reply:
+            last = reply[-1].decode()
+            following = reader.submit(fetch, last) if last != partition.upto else None
+            batch = held_batch(reply, limits, connection, schema)
+            if batch.num_rows:
+                yield batch
+            if following is None:
+                return
+            reply = following.result()

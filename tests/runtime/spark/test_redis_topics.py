@@ -1,0 +1,302 @@
+"""``format("actorbus").option("redis", url)``: Spark reads and writes Redis topics
+directly, on a real local[2] session and a real redis-server this module owns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from support.redis_server import REDIS_SERVER, SKIP_REASON, RedisServer
+from support.reliability import wait_until
+from support.spark import drain, finish, needs_spark, spark_session
+
+from runtime import Bus, Message
+from runtime.redis._keys import TopicKeys
+
+pytestmark = [*needs_spark, pytest.mark.timeout(300)]
+
+DRIVER = Path(__file__).parents[2] / "support" / "spark_driver.py"
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """Started before the session: the leak check counts it as existing."""
+    if REDIS_SERVER is None:
+        pytest.skip(SKIP_REASON)
+    with tempfile.TemporaryDirectory(prefix="actorbus-spark-redis-") as workdir:
+        server = RedisServer(Path(workdir))
+        server.start()
+        yield server
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(redis_server: RedisServer) -> Iterator[Any]:
+    from runtime.spark import register
+
+    for session in spark_session("local[2]"):
+        register(session)
+        yield session
+
+
+@pytest.fixture
+def bus(redis_server: RedisServer) -> Iterator[Bus]:
+    with Bus(redis=redis_server.url) as bus:
+        yield bus
+
+
+@pytest.fixture
+def topics(bus: Bus) -> Callable[..., tuple[Any, Any]]:
+    """Fresh Redis topics: an input (group "spark") and an output (group "check")."""
+
+    def make(**settings: Any) -> tuple[Any, Any]:
+        name = f"s-{uuid.uuid4().hex[:10]}"
+        source = bus.create_topic(f"{name}-in", backend="redis", **settings)
+        source.create_group("spark")
+        sink = bus.create_topic(f"{name}-out", backend="redis")
+        sink.create_group("check")
+        return source, sink
+
+    return make
+
+
+def upper_query(spark: Any, url: str, source: str, sink: str, checkpoint: Path,
+                **source_options: Any) -> Any:
+    """``source`` -> upper(payload) -> ``sink`` on Redis, trigger availableNow."""
+    from pyspark.sql import functions as F
+
+    frame = (spark.readStream.format("actorbus").option("redis", url).option("topic", source)
+             .option("group", "spark")
+             .options(**{k: str(v) for k, v in source_options.items()}).load())
+    out = frame.select(F.upper(F.col("payload").cast("string")).alias("payload"), "key", "attributes")
+    return (out.writeStream.format("actorbus").option("redis", url).option("topic", sink)
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+
+
+def publish_all(topic: Any, payloads: list[bytes]) -> None:
+    """Publish each payload as a `Message` with attribute ``n``; odd ones keyed."""
+    for n, payload in enumerate(payloads):
+        topic.publish(Message(data=payload, attributes={"n": str(n)}),
+                      key=f"k{n % 3}" if n % 2 else None)
+
+
+def test_a_stream_writes_every_row_once_and_acks_every_input(
+    spark: Any, redis_server: RedisServer, topics: Any, tmp_path: Path
+) -> None:
+    source, sink = topics()
+    payloads = [f"m{n}".encode() for n in range(250)]
+    publish_all(source, payloads)
+    source.publish({"not": "bytes"})  # a pickled object: its payload is its JSON
+
+    finish(upper_query(spark, redis_server.url, source.name, sink.name, tmp_path / "ck",
+                       max_messages_per_batch=100))
+
+    out = drain(sink)
+    assert sorted(m.data for m in out) == sorted([p.upper() for p in payloads] + [b'{"NOT":"BYTES"}'])
+    by_data = {m.data: m for m in out}
+    assert [by_data[f"M{n}".encode()].attributes for n in range(3)] == [{"n": "0"}, {"n": "1"}, {"n": "2"}]
+    assert [by_data[f"M{n}".encode()].ordering_key for n in range(4)] == [None, "k1", None, "k0"]
+    assert wait_until(lambda: source.stats().pending == 0, timeout=30)  # the last batch: the listener
+    stats = source.stats()
+    assert (stats.published, stats.delivered, stats.dead_lettered) == (251, 251, 0)
+    assert sink.stats().published == 251
+
+
+def test_a_second_run_reads_only_what_came_after(
+    spark: Any, redis_server: RedisServer, topics: Any, tmp_path: Path
+) -> None:
+    source, sink = topics()
+    publish_all(source, [b"a", b"b"])
+    finish(upper_query(spark, redis_server.url, source.name, sink.name, tmp_path / "ck"))
+    assert wait_until(lambda: source.stats().pending == 0, timeout=30)
+    publish_all(source, [b"c"])
+
+    finish(upper_query(spark, redis_server.url, source.name, sink.name, tmp_path / "ck"))
+
+    assert sorted(m.data for m in drain(sink)) == [b"A", b"B", b"C"]
+    assert wait_until(lambda: source.stats().pending == 0, timeout=30)
+    assert source.stats().delivered == 3
+
+
+def test_an_undecodable_body_is_dead_lettered_and_its_neighbours_flow(
+    spark: Any, redis_server: RedisServer, topics: Any, tmp_path: Path, bus: Bus
+) -> None:
+    from runtime.redis._connection import Connection
+    from runtime.redis._keys import TopicKeys
+
+    source, sink = topics()
+    publish_all(source, [b"a"])
+    connection = Connection(redis_server.url)
+    try:  # what anyone with access to the Redis could write: a body no unpickler accepts
+        connection.client.xadd(TopicKeys.of(source.name).stream, {"b": b"\x80junk", "f": "p"})
+        connection.client.hincrby(TopicKeys.of(source.name).stats, "pending", 1)
+    finally:
+        connection.close()
+    publish_all(source, [b"b"])
+
+    finish(upper_query(spark, redis_server.url, source.name, sink.name, tmp_path / "ck"))
+
+    assert sorted(m.data for m in drain(sink)) == [b"A", b"B"]
+    assert wait_until(lambda: source.stats().pending == 0, timeout=30)
+    letters = source.dead_letters.drain()
+    assert [(d.reason, d.group) for d in letters] == [("error", "spark")]
+
+
+def test_a_driver_killed_inside_a_planned_batch_restarts_without_loss_or_duplicates(
+    spark: Any, redis_server: RedisServer, topics: Any, tmp_path: Path
+) -> None:
+    source, sink = topics()
+    payloads = [f"m{n}".encode() for n in range(60)]
+    payloads[45] = b"stall"  # the driver blocks in batch 2 (entries 40-59): planned, not committed
+    publish_all(source, payloads)
+    marker, checkpoint = tmp_path / "stalled", tmp_path / "ck"
+    driver = subprocess.Popen(
+        [sys.executable, str(DRIVER), redis_server.url, source.name, sink.name, str(checkpoint),
+         str(marker), "0"], start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(marker.exists, timeout=180, poll=0.1), "the driver never reached batch 2"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    assert source.stats().pending == 20  # batch 2, held by the query's consumer
+
+    finish(upper_query(spark, redis_server.url, source.name, sink.name, checkpoint,
+                       max_messages_per_batch=20))
+
+    assert sorted(m.data for m in drain(sink)) == sorted(p.upper() for p in payloads)
+    assert wait_until(lambda: source.stats().pending == 0, timeout=30)
+    assert (source.stats().delivered, source.stats().dead_lettered) == (60, 0)
+
+
+def test_a_retried_sink_commit_publishes_once(redis_server: RedisServer, topics: Any) -> None:
+    from runtime.redis._connection import Connection
+    from runtime.redis._keys import TopicKeys
+    from runtime.spark._redis_sink import commit_parts
+
+    _, sink = topics()
+    connection = Connection(redis_server.url)
+    try:  # two parts as two write tasks stage them
+        keys = TopicKeys.of(sink.name)
+        connection.client.rpush(keys.staged("p", "7", "0:0:0:p"), "p", b"x", b"y")
+        connection.client.rpush(keys.staged("p", "7", "1:0:0:m"), "m", b"z", "m", "k", '{"n": "1"}')
+        parts = [(0, "0:0:0:p"), (0, "1:0:0:m")]
+
+        first = commit_parts(connection, sink.name, sink.settings, "p", "7", parts)
+        again = commit_parts(connection, sink.name, sink.settings, "p", "7", parts)
+    finally:
+        connection.close()
+
+    assert (first, again) == (3, 0)
+    out = drain(sink)
+    assert [(m.data, m.ordering_key, m.attributes) for m in out] == [
+        (b"x", None, {}), (b"y", None, {}), (b"z", "k", {"n": "1"})]
+    assert sink.stats().published == 3
+
+
+def test_a_batch_write_with_the_same_batch_id_publishes_once(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    _, sink = topics()
+    frame = spark.createDataFrame([(f"r{n}", ) for n in range(30)], "payload string")
+
+    for _ in range(2):
+        (frame.write.format("actorbus").option("redis", redis_server.url).option("topic", sink.name)
+         .option("producer_id", "job").option("batch_id", "b1").mode("append").save())
+
+    assert sorted(m.data for m in drain(sink)) == sorted(f"r{n}".encode() for n in range(30))
+
+
+def test_rows_with_an_error_go_to_the_dead_letters(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    _, sink = topics()
+    frame = spark.createDataFrame([("good", None), ("bad", "no price")], "payload string, problem string")
+
+    (frame.write.format("actorbus").option("redis", redis_server.url).option("topic", sink.name)
+     .option("error_column", "problem").mode("append").save())
+
+    assert [m.data for m in drain(sink)] == [b"good"]
+    letters = sink.dead_letters.drain()
+    assert [(d.message.data, d.reason, d.error) for d in letters] == [(b"bad", "error", "no price")]
+
+
+def _refusal(action: Callable[[], Any]) -> str:
+    with pytest.raises(Exception) as refused:  # Spark wraps it: the text counts
+        action()
+    return str(refused.value)
+
+
+def test_bad_source_options_are_refused_at_load_by_name(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    source, _ = topics()
+    with socket.socket() as probe:  # a free port: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        down = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+
+    cases = {
+        "'redis'": {"redis": "http://127.0.0.1:1", "topic": source.name},
+        "did not answer": {"redis": down, "topic": source.name},
+        "'topic'": {"redis": redis_server.url, "topic": "no-such-topic"},
+        "'group'": {"redis": redis_server.url, "topic": source.name, "group": "nobody"},
+        "'address'": {"redis": redis_server.url, "topic": source.name, "address": "127.0.0.1:1",
+                      "authkey_env": "X"},
+        "'lease_seconds'": {"redis": redis_server.url, "topic": source.name, "lease_seconds": "3"},
+    }
+    texts = {name: _refusal(lambda o=o: spark.readStream.format("actorbus").options(**o).load())
+             for name, o in cases.items()}
+
+    for name, text in texts.items():
+        assert "InvalidSettingsError: invalid setting" in text, text
+        assert name in text, text
+
+
+def test_bad_sink_options_are_refused_at_save_by_name(
+    spark: Any, redis_server: RedisServer
+) -> None:
+    frame = spark.createDataFrame([("a",)], "payload string")
+
+    text = _refusal(lambda: frame.write.format("actorbus").option("redis", redis_server.url)
+                    .option("topic", "no-such-topic").mode("append").save())
+    both = _refusal(lambda: frame.write.format("actorbus").option("redis", redis_server.url)
+                    .option("topic", "t").option("address", "127.0.0.1:1").mode("append").save())
+
+    assert "invalid setting 'topic'" in text and "no topic 'no-such-topic'" in text
+    assert "invalid setting 'address'" in both
+
+
+def test_each_topic_partition_is_one_spark_partition(
+    spark: Any, redis_server: RedisServer, bus: Bus, tmp_path: Path
+) -> None:
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    source = bus.create_topic(f"{name}-in", backend="redis", partitions=2)
+    source.create_group("spark")
+    sink = bus.create_topic(f"{name}-out", backend="redis", partitions=2)
+    sink.create_group("check")
+    payloads = [f"m{n}".encode() for n in range(40)]
+    publish_all(source, payloads)
+
+    finish(upper_query(spark, redis_server.url, source.name, sink.name, tmp_path / "ck"))
+
+    # One read task per source partition; each task's unkeyed rows go to its own partition
+    # of the sink, so rows in both of the sink's streams mean two tasks ran.
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        lengths = [client.xlen(TopicKeys.of(sink.name, p).stream) for p in range(2)]
+    finally:
+        client.close()
+    assert sum(lengths) == 40 and min(lengths) > 0
+    assert sorted(m.data for m in drain(sink)) == sorted(p.upper() for p in payloads)
+    assert wait_until(lambda: source.stats().pending == 0, timeout=30)
+    assert source.stats().delivered == 40
