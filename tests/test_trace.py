@@ -50,3 +50,18 @@ def test_trace_refuses_an_unknown_path(capsys: pytest.CaptureFixture[str]) -> No
 
     assert exit_info.value.code == 2
     assert "unknown path 'nowhere'" in capsys.readouterr().err
+
+
+# What one message runs through in the parent, at most: where the paths stand now. The
+# goal is 48 functions in 16 files for ``topic`` (reached) and 80 in 24 for
+# ``publisher``; lower these bounds as the paths shrink, never raise them.
+BOUNDS = {"topic": (48, 16), "publisher": (97, 25)}
+
+
+@pytest.mark.timeout(120)
+def test_each_path_runs_through_no_more_functions_and_files_than_its_bound() -> None:
+    for path, (functions, files) in BOUNDS.items():
+        traced = trace.trace(path)
+
+        assert len(traced.functions) <= functions, (path, sorted(traced.functions))
+        assert len(traced.files) <= files, (path, sorted(traced.files))

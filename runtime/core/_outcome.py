@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = [
-    "ACKED_OUTCOME", "Nack", "Outcome", "OutcomeTrack", "PublishReport", "count_down", "new_report",
+    "ACKED_OUTCOME", "Nack", "Outcome", "OutcomeTrack", "PublishReport",
 ]
 
 
@@ -54,27 +52,6 @@ class PublishReport:
 
 ACKED_OUTCOME = Outcome(acked=True, nacks=())  # every acked message's outcome
 
-# `new_report`'s parts: the report's slots, set as its frozen dataclass __init__ would.
-_new = object.__new__
-_SET_ID, _SET_BALANCED, _SET_BROADCAST, _SET_OUTCOME = (
-    getattr(PublishReport, name).__set__
-    for name in ("message_id", "balanced", "broadcast", "outcome"))
-
-
-def new_report(
-    message_id: str, balanced: dict[str, str], broadcast: int, outcome: Future[Outcome],
-) -> PublishReport:
-    """``PublishReport(message_id, balanced, broadcast, outcome)``, built for every
-    ``topic.publish``: an equal object, without the generated __init__'s
-    ``object.__setattr__`` and default checks."""
-    report = _new(PublishReport)
-    _SET_ID(report, message_id)
-    _SET_BALANCED(report, balanced)
-    _SET_BROADCAST(report, broadcast)
-    _SET_OUTCOME(report, outcome)
-    return report
-
-
 class OutcomeTrack:
     """A message still counting down its destinations' settlements (the tracker's books).
 
@@ -99,33 +76,3 @@ class OutcomeTrack:
     def outcome(self) -> Outcome:
         """The outcome once every destination settled: acked, or the nacks."""
         return Outcome(acked=False, nacks=tuple(self.nacks)) if self.nacks else ACKED_OUTCOME
-
-
-def count_down(
-    tracks: dict[int, OutcomeTrack], seqs: Iterable[int],
-    complete: Callable[[int, OutcomeTrack, list[Any]], None], effects: list[Any],
-    acked: list[Future[Outcome]],
-) -> int:
-    """One ack for each message of ``seqs`` (the tracker's books: ``tracks``, under their
-    lock); returns how many are now complete and acked without ``complete``.
-
-    A message with no track had one destination and no future. The last ack of one that
-    no destination nacked completes it here, its future collected in ``acked`` to be
-    resolved after the lock; the others go through ``complete``: the common case (every
-    destination acked) costs one dict lookup and no call per message.
-    """
-    completed = 0
-    for seq in seqs:
-        track = tracks.get(seq)
-        if track is None:
-            completed += 1
-        elif track.remaining == 1 and track.nacks is None:
-            del tracks[seq]
-            completed += 1
-            if track.future is not None:
-                acked.append(track.future)
-        else:
-            track.remaining -= 1
-            if track.remaining == 0:
-                complete(seq, track, effects)
-    return completed

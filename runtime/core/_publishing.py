@@ -11,16 +11,16 @@ from concurrent.futures import Future
 from typing import Any
 
 from runtime.core._block import Block, Runs, any_keyed, ids_of, keys_of
-from runtime.core._envelope import Envelope
+from runtime.core._envelope import KEY, Envelope
 from runtime.core._future import MessageFuture
 from runtime.core._message import Message, checked_attributes, parts_of
-from runtime.core._outcome import Outcome, PublishReport, new_report
+from runtime.core._outcome import Outcome, PublishReport
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core.settlement._delivery import Delivery
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._arrivals import KeyMark
-from runtime.core.subscribers._gate import GroupHandle
+from runtime.core.subscribers._gate import GroupHandle, KeyMark
 from runtime.core.subscribers._ring import Ring
+from runtime.core.subscribers._subscribers import Subscribers
 from runtime.errors import MessageTypeError, TopicClosedError, WouldBlock
 
 __all__ = ["Oversized", "PartlyPublished", "PublishPath", "check_keys"]
@@ -74,19 +74,19 @@ class PublishPath:
         settings: the topic's settings.
         ledger: the topic's books.
         ring: the topic's broadcast ring.
-        groups: returns a snapshot of the balanced groups.
+        subscribers: the topic's subscribers (``handles``: the balanced groups).
         sleep: the throttle's sleep (injectable for tests).
     """
 
     def __init__(
         self, *, topic: str, settings: TopicSettings, ledger: Ledger, ring: Ring,
-        groups: Callable[[], list[GroupHandle]], sleep: Callable[[float], Any],
+        subscribers: Subscribers, sleep: Callable[[float], Any],
     ) -> None:
         self._topic = topic
         self._settings = settings
         self._ledger = ledger
         self._ring = ring
-        self._groups = groups
+        self._subscribers = subscribers
         self._sleep = sleep
         self._next_seq = 1  # the next message's number; taken under the lock
         self._seq_lock = threading.Lock()
@@ -176,11 +176,14 @@ class PublishPath:
         slotted = self._settings.max_pending is not None and self.admit(deadline)
         # Its number is its id (`message_id`). It counts as published once it has room
         # everywhere (`fan_out`): a refusal while waiting leaves no trace.
-        seq = self._take_seqs(1)
+        with self._seq_lock:
+            seq = self._next_seq
+            self._next_seq = seq + 1
         envelope: Envelope = (seq, None, message, key or None, attributes, self._topic, None)
         future: Future[Outcome] = MessageFuture()
-        balanced, broadcast = self.fan_out((envelope,), [future], slotted, deadline)
-        return new_report(str(seq), balanced, broadcast, future)
+        balanced, broadcast = self.fan_out((envelope,), (envelope[KEY],), [future], slotted,
+                                           deadline)
+        return PublishReport(str(seq), balanced, broadcast, future)
 
     def refuse(self, message: Message, reason: str, error: str | None) -> None:
         """Dead-letter a Publisher message refused on its way in, under an id of its own."""
@@ -251,7 +254,7 @@ class PublishPath:
         one reservation, one arrival and one sort by key where a chunk of 128 made eight.
         A stuck group lends nothing, so what runs ahead of it is bounded as before.
         """
-        chunk, groups = self.chunk, self._groups()
+        chunk, groups = self.chunk, self._subscribers.handles
         if not groups or self._ring.subscriber_count:
             return chunk
         least = MAX_CHUNK
@@ -281,7 +284,8 @@ class PublishPath:
             try:
                 if max_pending is not None:
                     count = self._ledger.take_slots(count, max_pending, deadline)
-                self.fan_out(envelopes[start:start + count], None, max_pending is not None, deadline)
+                chunk = envelopes[start:start + count]
+                self.fan_out(chunk, keys_of(chunk), None, max_pending is not None, deadline)
             except Oversized:
                 fitted = True  # nothing was taken: again, in chunks that fit the ring
                 continue
@@ -296,24 +300,23 @@ class PublishPath:
         """`_publish_chunks` one message at a time, each through the throttle."""
         for index, envelope in enumerate(envelopes):
             try:
-                self.fan_out((envelope,), None, self.admit(deadline), deadline)
+                self.fan_out((envelope,), (envelope[KEY],), None, self.admit(deadline), deadline)
             except (WouldBlock, TopicClosedError) as exc:
                 return index, exc
         return len(envelopes), None
 
     def fan_out(
-        self, envelopes: Sequence[Envelope], futures: list[Future[Outcome]] | None,
-        slotted: bool, deadline: float | None,
+        self, envelopes: Sequence[Envelope], keys: Sequence[str | None],
+        futures: list[Future[Outcome]] | None, slotted: bool, deadline: float | None,
     ) -> tuple[dict[str, str], int]:
-        """Steps 5-8 for up to a chunk of messages: room in every group (and the ring),
-        the books, the hand-off; returns (balanced, broadcast).
+        """Steps 5-8 for up to a chunk of messages (``keys``: theirs, in order): room in
+        every group (and the ring), the books, the hand-off; returns (balanced, broadcast).
 
         While no broadcast subscriber reads the ring (the usual case) the ring's lock is
         not taken: a subscriber that joins meanwhile starts after these messages, as if
         it had joined just after the publish.
         """
-        groups = self._groups()
-        keys = keys_of(envelopes)
+        groups = self._subscribers.handles
         # A keyed message can go to one member only (stricter room; the group routes it).
         keyed = keys.count(None) != len(keys)
         admitted = self._take_room(groups, len(envelopes), keyed, slotted, deadline)
@@ -321,7 +324,8 @@ class PublishPath:
         try:
             if groups and not self._ring.subscriber_count:
                 subscribers = 0
-                self._reserve(envelopes, len(groups), futures, slotted)
+                # Reserved and counted published: past this only a close refuses them.
+                self._ledger.reserve(envelopes, len(groups), futures, slotted, published=True)
             else:
                 subscribers, lagged = self._fan_out_ring(groups, envelopes, futures, slotted,
                                                          deadline)
@@ -335,18 +339,6 @@ class PublishPath:
         if settled:
             self._ledger.settle(settled)
         return balanced, subscribers
-
-    def _reserve(
-        self, envelopes: Sequence[Envelope], destinations: int,
-        futures: list[Future[Outcome]] | None, slotted: bool,
-    ) -> None:
-        """Reserve ``destinations`` settlements per message and count them published: the
-        point past which only a close refuses them (`Ledger.reserve` raises it first)."""
-        if futures is not None and len(envelopes) == 1 and not slotted:
-            self._ledger.reserve_one(envelopes[0][0], destinations, futures[0])  # one lock
-            return
-        self._ledger.reserve(envelopes, destinations, futures, slotted)
-        self._ledger.count("published", len(envelopes))
 
     def _fan_out_ring(
         self, groups: list[GroupHandle], envelopes: Sequence[Envelope],
@@ -363,7 +355,8 @@ class PublishPath:
                 self._ledger.count("published", len(envelopes))
                 self._ledger.dead_letter_unrouted(envelopes, futures, slotted)
                 return -1, []
-            self._reserve(envelopes, len(groups) + subscribers, futures, slotted)
+            self._ledger.reserve(envelopes, len(groups) + subscribers, futures, slotted,
+                                 published=True)
             lagged, wakes = self._ring.write_locked(envelopes) if subscribers else ([], [])
         for wake in wakes:
             wake()

@@ -105,7 +105,7 @@ class Topic(Generic[T]):
         )
         self._path = PublishPath(
             topic=name, settings=settings, ledger=ledger, ring=self._ring,
-            groups=self._subscribers.handles, sleep=sleep,
+            subscribers=self._subscribers, sleep=sleep,
         )
         self._replay = Replay(
             topic=name, ledger=ledger, ring=self._ring, subscribers=self._subscribers,
@@ -343,7 +343,7 @@ class Topic(Generic[T]):
     def _queued(self, group: str) -> int:
         """Messages ``group`` holds for its members, not handed to one yet (0: no such
         group)."""
-        return next((h.gate.used for h in self._subscribers.handles() if h.name == group), 0)
+        return next((h.gate.used for h in self._subscribers.handles if h.name == group), 0)
 
     def create_group(self, name: str) -> None:
         """Create balanced group ``name`` with no members yet (messages wait in it)."""
@@ -516,7 +516,7 @@ class Topic(Generic[T]):
     def held_by(self) -> str | None:
         """What a publish would wait for now (``max_pending``, a full group, a broadcast
         subscriber a ring behind), named; None when nothing holds it. Never blocks."""
-        return holder(self._name, self._settings, self._ledger, self._subscribers.handles(),
+        return holder(self._name, self._settings, self._ledger, self._subscribers.handles,
                       self._ring)
 
     def _replayer(self, topic: Any) -> Callable[[DeadLetter], None]:

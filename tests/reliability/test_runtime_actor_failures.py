@@ -15,7 +15,7 @@ import pytest
 
 from runtime import Bus, Delivery
 from runtime.core.settlement._tracker import TrackerActor
-from runtime.core.subscribers._group import GroupActor
+from runtime.core.subscribers._group import Fifo
 from runtime.errors import TopicClosedError
 
 pytestmark = pytest.mark.reliability
@@ -24,17 +24,18 @@ pytestmark = pytest.mark.reliability
 def test_a_failing_group_dead_letters_what_waits_and_later_messages(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A defect inside the group actor (not a handler): its third chunk raises.
-    accept = GroupActor._accept
+    # A defect inside the group actor (not a handler): queuing its third chunk raises.
+    extend = Fifo.extend
     calls = []
 
-    def accept_then_fail(self: GroupActor, envelopes: list[Any], *keyed: bool) -> None:
-        calls.append(len(envelopes))
+    def extend_then_fail(self: Fifo, envelopes: list[Any]) -> None:
+        if envelopes:
+            calls.append(len(envelopes))
         if len(calls) == 3:
             raise RuntimeError("books out of order")
-        accept(self, envelopes, *keyed)
+        extend(self, envelopes)
 
-    monkeypatch.setattr(GroupActor, "_accept", accept_then_fail)
+    monkeypatch.setattr(Fifo, "extend", extend_then_fail)
     restarted = threading.Event()
     seen: list[int] = []
     with Bus() as bus:
@@ -74,14 +75,14 @@ def test_a_group_that_failed_still_settles_what_its_members_hold(
             release.wait(timeout=10)
         delivery.ack()
 
-    accept = GroupActor._accept
+    extend = Fifo.extend
 
-    def accept_then_fail(self: GroupActor, envelopes: list[Any], *keyed: bool) -> None:
-        if holding.is_set():
+    def extend_then_fail(self: Fifo, envelopes: list[Any]) -> None:
+        if holding.is_set() and envelopes:
             raise RuntimeError("boom")
-        accept(self, envelopes, *keyed)
+        extend(self, envelopes)
 
-    monkeypatch.setattr(GroupActor, "_accept", accept_then_fail)
+    monkeypatch.setattr(Fifo, "extend", extend_then_fail)
     with Bus() as bus:
         topic = bus.create_topic("t", ack_timeout=None)
         topic.subscribe(handler, group="g")

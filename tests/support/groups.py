@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from runtime.core._envelope import KEY, Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
-from runtime.core.subscribers._gate import Gate
+from runtime.core.subscribers._gate import ARRIVED, Arrivals, Gate
 from runtime.core.subscribers._group import GroupActor
 
 
@@ -26,7 +27,6 @@ class FakeEndpoint:
     than split. Its load is its unsettled count.
     """
 
-    tranches = False
     handovers: int | None = None
 
     def __init__(self, key: int, window: int = 256, size: int | None = None,
@@ -34,17 +34,15 @@ class FakeEndpoint:
         self.key = self.subscriber_id = key
         self.window = window
         self.size = window if size is None else size
-        self.whole = whole
+        self.cost: float | None = 0.0 if whole else None  # whole: known to be free
         self.sizes: list[int] = []
 
-    def prepare(self, handover: Any) -> None:
-        pass
+    def hand_over(self, sink: Any, group: str, envelopes: Sequence[Any],
+                  attempts: list[int] | None) -> tuple[HandOver, list[Delivery[Any]]]:
+        return HandOver.of(sink, self.subscriber_id, group, envelopes, attempts)
 
     def push(self, handover: Any, deliveries: list[Any]) -> None:
         self.sizes.append(len(deliveries))
-
-    def prefers_whole(self, count: int) -> bool:
-        return self.whole
 
     def left(self, unsettled: int) -> int:
         return unsettled

@@ -22,8 +22,7 @@ from runtime.broker.lease._record import (
     record_of,
 )
 from runtime.core.settlement._claims import nack_all
-from runtime.core.settlement._delivery import Delivery
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import Delivery, Tranche
 
 __all__ = [
     "EXPIRED_REASON",

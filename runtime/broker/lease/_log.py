@@ -52,7 +52,7 @@ from runtime.broker.lease._handover import (
 )
 from runtime.broker.lease._ranges import cut, overlap
 from runtime.broker.lease._record import LeaseColumns, LeasedDelivery, LeaseRecord
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import Tranche
 
 __all__ = ["EXPIRED_REASON", "LeaseLog", "LeaseSource", "ack_each"]
 

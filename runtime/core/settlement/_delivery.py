@@ -1,17 +1,25 @@
-"""A message handed to one subscriber, and the hand-over that settles it exactly once."""
+"""A message handed to one subscriber, and the hand-over that settles it exactly once.
+
+A worker process gets its messages as one `Tranche`, a hand-over tracked as one record:
+while nothing has gone wrong, the parent holds only the envelopes and their attempt
+numbers; the worker's "all acked" answer settles the whole tranche with one atomic
+claim. Per-message `Delivery` objects are built (`unpack`) only when they are needed: a
+partial answer, a crashed worker, an expired deadline or the close sweep.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import count, repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from runtime.core._envelope import ATTRIBUTES, KEY, TOPIC, Envelope, message_id, message_of
 from runtime.core._message import NO_ATTRIBUTES
 from runtime.errors import SettlementError
 
-__all__ = ["ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink"]
+__all__ = ["ACKED", "NACKED", "PENDING", "Delivery", "HandOver", "Sink", "Tranche"]
 
 PENDING = "pending"
 ACKED = "acked"
@@ -48,7 +56,7 @@ class HandOver:
     """
 
     __slots__ = (
-        "buffer", "deadline", "group", "id", "live", "nacked", "owner", "pending", "renew_at",
+        "buffer", "deadline", "group", "id", "nacked", "owner", "pending", "renew_at",
         "sink", "started", "subscriber_id",
     )
 
@@ -59,14 +67,30 @@ class HandOver:
         self.pending: dict[int, Delivery[Any]] = {}
         self.buffer: deque[Delivery[Any]] | None = None
         self.owner = 0
-        self.id = 0
-        self.live = False
+        self.id = 0  # its number in the ledger's books (live while they hold it)
+        # Its ack deadline, and when a handler reaching it should renew it: set by the
+        # ledger's `Deadlines` alone, under the ledger's lock.
         self.deadline = 0.0
-        self.renew_at = _NEVER  # when a handler reaching it should renew its deadline
+        self.renew_at = _NEVER
         self.nacked = False
         # Seconds its worker process has been running it (-inf: not started yet), for a
         # hand-over to a process member; None: its deadline runs from the hand-over.
         self.started: Callable[[], float] | None = None
+
+    @classmethod
+    def of(
+        cls, sink: Sink | None, subscriber_id: int, group: str | None,
+        envelopes: Sequence[Envelope], attempts: Sequence[int] | None = None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """A hand-over of ``envelopes`` (with their ``attempts``; None: all first ones)
+        and its deliveries, all pending."""
+        handover = cls(sink, subscriber_id, group)
+        out: list[Delivery[Any]] = list(map(
+            Delivery, envelopes, repeat(handover), count(),
+            repeat(1) if attempts is None else attempts,
+        ))
+        handover.pending = dict(enumerate(out))
+        return handover, out
 
     def hold(self, pending: dict[int, Delivery[Any]]) -> None:
         """Make ``pending`` (index -> delivery, a worker's lease included) its unsettled
@@ -77,24 +101,6 @@ class HandOver:
         """Count its ack deadline from its worker's start: ``started()`` reports the
         seconds since (``-inf``: not started yet)."""
         self.started = started
-
-    def track(self, hid: int) -> None:
-        """The ledger recorded it as ``hid``: live until `untrack`."""
-        self.id = hid
-        self.live = True
-
-    def untrack(self, *, settled_only: bool = True) -> bool:
-        """End the ledger's record of it (only once nothing is pending, unless not
-        ``settled_only``); True when this call ended it."""
-        if not self.live or (settled_only and not self.settled()):
-            return False
-        self.live = False
-        return True
-
-    def set_deadline(self, when: float, renew_at: float) -> None:
-        """Its ack deadline is ``when``; a handler reaching it after ``renew_at`` renews it."""
-        self.deadline = when
-        self.renew_at = renew_at
 
     def running_for(self) -> float:
         """Seconds since its subscriber started it: ``inf`` (long enough for any
@@ -374,3 +380,80 @@ class Delivery(Generic[T]):
             return False
         self._set_nacked(reason, None, timed_out=reason == "timeout")
         return True
+
+
+class Tranche(HandOver):
+    """Messages handed to one worker at once, settled whole on the all-acked path.
+
+    Exactly one of `claim_whole` (the worker acked everything) and `unpack` (anything
+    else) wins the tranche's token: the winner of `claim_whole` settles every message;
+    after `unpack`, each `Delivery` is claimed alone through ``pending`` as in any
+    hand-over. ``pending`` stays empty until then, so the ledger must not read an empty
+    ``pending`` as "settled" for a tranche whose token is still there (`settled`).
+
+    Args:
+        sink: where settlements go (the tracker).
+        subscriber_id: the subscription the batch is for.
+        group: the balanced group.
+        envelopes: the messages, in index order.
+        attempts: each message's attempt number (None: all first attempts).
+        number: its place among its worker's hand-overs.
+        started: reports the seconds since the worker started it (its ack deadline
+            counts from then; ``-inf``: not started yet).
+    """
+
+    __slots__ = ("_built", "_lock", "_whole", "attempts", "envelopes", "number")
+
+    def __init__(
+        self, sink: Sink | None, subscriber_id: int, group: str | None,
+        envelopes: Sequence[Envelope], attempts: list[int] | None = None, *,
+        number: int = 0, started: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(sink, subscriber_id, group)
+        self.envelopes = envelopes
+        self.attempts = attempts
+        self.number = number
+        self.started = started
+        self._whole: dict[int, bool] = {0: True}  # the token: popped once, atomically
+        self._built: list[Delivery[Any]] = []
+        self._lock = threading.Lock()  # lets a losing `unpack` wait for the builder
+
+    def run_by_worker(self, number: int, started: Callable[[], float]) -> None:
+        """It is its worker's hand-over ``number``; ``started`` reports the seconds since
+        the worker started it (its ack deadline counts from then)."""
+        self.number = number
+        self.count_from(started)
+
+    def claim_whole(self) -> bool:
+        """Claim every message as settled at once; False when `unpack` came first."""
+        return self._whole.pop(0, None) is not None
+
+    def whole(self) -> bool:
+        """True while no `Delivery` was built for it (`claim_whole` may still win)."""
+        return 0 in self._whole
+
+    def settled(self) -> bool:
+        """True when nothing of it is pending any more."""
+        return 0 not in self._whole and not self.pending
+
+    def unpack(self) -> list[Delivery[Any]]:
+        """The per-message deliveries, built on first call (all pending then).
+
+        Empty when `claim_whole` won. Thread-safe: concurrent callers get the same list.
+        """
+        with self._lock:
+            if self._whole.pop(0, None) is not None:
+                attempts: Sequence[int] | repeat[int] = (
+                    repeat(1) if self.attempts is None else self.attempts
+                )
+                built: list[Delivery[Any]] = list(
+                    map(Delivery, self.envelopes, repeat(self), count(), attempts)
+                )
+                self.hold(dict(enumerate(built)))
+                self._built = built
+            return self._built
+
+    def unsettled(self) -> dict[int, Delivery[Any]]:
+        """The deliveries nothing has claimed yet (building them if needed)."""
+        self.unpack()
+        return self.pending

@@ -4,37 +4,141 @@ One `Ledger` per topic, guarded by one lock. Publishing threads reserve here
 synchronously (so a reservation always happens before the fan-out it covers); the
 tracker actor applies settlements, deadline expiries and the close sweep. Work that
 may call user code (outcome futures, dead-letter callbacks, redeliveries) is collected
-under the lock and run after it is released.
+under the lock and run after it is released. The books' ack deadlines of hand-overs,
+and when the timer must next wake the tracker, are its `Deadlines`.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
-from runtime.core._block import seqs_of
+from runtime.core._block import Block
 from runtime.core._envelope import SEQ, Envelope
-from runtime.core._future import resolve, resolve_all
-from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack, count_down
+from runtime.core._future import resolve
+from runtime.core._outcome import ACKED_OUTCOME, Nack, Outcome, OutcomeTrack
 from runtime.core._stats import Counters, TopicStats
 from runtime.core.settlement._claims import all_acked, claim_all, handovers_of
 from runtime.core.settlement._dead_letters import DeadLetterQueue, dead_letter_of
-from runtime.core.settlement._deadlines import Deadlines
-from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import ACKED, Delivery, HandOver, Tranche
 from runtime.errors import TopicClosedError, WouldBlock
 
-__all__ = ["Ledger"]
+__all__ = ["Deadlines", "Ledger"]
+
+# A hand-over is renewed once less than this share of its ack timeout is left.
+_RENEW_SHARE = 0.75
+
+
+class Deadlines:
+    """Hand-over deadlines, soonest first. Not thread-safe: the ledger's lock guards it.
+
+    Deadlines set to the full ``ack_timeout`` from now only grow, so they wait in a
+    FIFO; the few set to less (a worker process's hand-over, counted from when its
+    worker started it) wait in a heap beside it. A hand-over settled early stays queued
+    until it reaches the head; the ledger's ``live`` map tells which ones still count. A
+    renewed hand-over gets a second entry; its first one is skipped at the head because
+    ``handover.deadline`` no longer matches it. A hand-over to a worker process counts
+    from when the worker started it (`HandOver.running_for`): one whose worker has not
+    started it is not expired but given a new deadline.
+
+    Args:
+        ack_timeout: seconds from hand-over to deadline (None: hand-overs have none).
+        clock: the time source.
+    """
+
+    def __init__(self, ack_timeout: float | None, clock: Callable[[], float] = time.monotonic,
+                 ) -> None:
+        self._ack_timeout = ack_timeout
+        self._clock = clock
+        self._queue: deque[tuple[float, int]] = deque()
+        self._shorter: list[tuple[float, int]] = []  # a heap
+        self._wake_at: float | None = None
+
+    def add(self, handover: HandOver) -> float | None:
+        """Give ``handover`` (registered, with its id) its deadline, ``ack_timeout`` from
+        now, and its renewal time; again to renew it (its earlier entry comes first and
+        is skipped then).
+
+        Returns when the timer must wake the tracker, if it is not armed already.
+        """
+        timeout = self._ack_timeout
+        if timeout is None:
+            return None
+        when = self._clock() + timeout
+        handover.deadline, handover.renew_at = when, when - _RENEW_SHARE * timeout
+        self._queue.append((when, handover.id))
+        if self._wake_at is not None:
+            return None
+        self._wake_at = when
+        return when
+
+    def due(self, handover: HandOver) -> bool:
+        """True when a quarter of ``handover``'s deadline has run (time to renew it): its
+        ``renew_at`` passed, which a handler's loop may read itself."""
+        return self._ack_timeout is not None and self._clock() > handover.renew_at
+
+    def pop_expired(self, live: dict[int, HandOver]) -> list[HandOver]:
+        """Remove and return the live hand-overs whose deadline passed (the timer fired).
+
+        Settled hand-overs met on the way are dropped. Call `rearm` afterwards.
+        """
+        self._wake_at = None
+        now = self._clock()
+        due = self._pop_due(self._queue, self._queue.popleft, live, now)
+        due.extend(self._pop_due(self._shorter, partial(heapq.heappop, self._shorter), live, now))
+        timeout = self._ack_timeout or 0.0  # set: only then are deadlines queued
+        expired = []
+        for handover in due:
+            ran = handover.running_for()
+            if ran < timeout:  # its worker started it late, or has not yet
+                left = timeout - max(ran, 0.0)
+                when = self._clock() + left
+                handover.deadline, handover.renew_at = when, when - _RENEW_SHARE * left
+                if left == timeout:  # not started: a full deadline, in order
+                    self._queue.append((when, handover.id))
+                else:
+                    heapq.heappush(self._shorter, (when, handover.id))
+            else:
+                expired.append(handover)
+        return expired
+
+    @staticmethod
+    def _pop_due(
+        queue: Sequence[tuple[float, int]], pop: Callable[[], object],
+        live: dict[int, HandOver], now: float,
+    ) -> list[HandOver]:
+        due = []
+        while queue:
+            when, hid = queue[0]
+            handover = live.get(hid)
+            if handover is not None and when > now:
+                break
+            pop()
+            if handover is not None and handover.deadline <= when:  # else renewed since
+                due.append(handover)
+        return due
+
+    def rearm(self) -> float | None:
+        """When the timer must next wake the tracker (None: nothing is waiting)."""
+        heads = [queue[0][0] for queue in (self._queue, self._shorter) if queue]
+        self._wake_at = min(heads) if heads else None
+        return self._wake_at
+
 
 # Failures a balanced delivery may be retried after, while attempts remain.
 RETRYABLE = frozenset({"nack", "timeout", "error", "worker_crashed"})
 _COUNTED = frozenset({"dropped", "lagged"})  # reasons with counters of their own
 
 Effect = Callable[[], Any]
+_SEQ_OF = itemgetter(SEQ)
 
 
 class Ledger:
@@ -87,9 +191,10 @@ class Ledger:
 
     def reserve(
         self, envelopes: Sequence[Envelope], destinations: int,
-        futures: list[Future[Outcome]] | None, slotted: bool,
+        futures: list[Future[Outcome]] | None, slotted: bool, *, published: bool = False,
     ) -> None:
-        """Count ``destinations`` pending settlements for each message, before any send.
+        """Count ``destinations`` pending settlements for each message, before any send
+        (``published``: and count the messages published, under the same lock).
 
         Raises:
             TopicClosedError: the topic closed; nothing was reserved (slots are released).
@@ -102,25 +207,17 @@ class Ledger:
                 raise TopicClosedError(self._topic)
             if not slotted:
                 self.pending += len(envelopes)
+            if published:
+                self._counters.published += len(envelopes)
             if destinations > 1 or futures is not None:
                 tracks = self._tracks
-                for index, seq in enumerate(seqs_of(envelopes)):
-                    future = None if futures is None else futures[index]
-                    tracks[seq] = OutcomeTrack(destinations, future)
-
-    def reserve_one(self, seq: int, destinations: int, future: Future[Outcome]) -> None:
-        """`reserve` and `count` for one ``topic.publish`` under one lock: the message
-        ``seq`` is published and pending, its ``future`` tracked.
-
-        Raises:
-            TopicClosedError: the topic closed; nothing was counted.
-        """
-        with self._lock:
-            if self.closed:
-                raise TopicClosedError(self._topic)
-            self._counters.published += 1
-            self.pending += 1
-            self._tracks[seq] = OutcomeTrack(destinations, future)
+                seqs = envelopes.seqs if type(envelopes) is Block else map(_SEQ_OF, envelopes)
+                if futures is None:
+                    for seq in seqs:
+                        tracks[seq] = OutcomeTrack(destinations, None)
+                else:
+                    for seq, future in zip(seqs, futures, strict=True):
+                        tracks[seq] = OutcomeTrack(destinations, future)
 
     def replay_seq(self, message_id: str, fresh: Iterator[int]) -> int:
         """The sequence number a replayed letter of ``message_id`` travels under: that of
@@ -257,7 +354,7 @@ class Ledger:
             if self.closed:
                 return False
             hid = next(self._handover_ids)
-            handover.track(hid)
+            handover.id = hid
             self._live[hid] = handover
             wake_at = self._deadlines.add(handover)
         if wake_at is not None:
@@ -272,14 +369,15 @@ class Ledger:
         if not force and not deadlines.due(handover):
             return
         with self._lock:
-            if handover.live:
-                deadlines.extend(handover)
+            wake_at = deadlines.add(handover) if handover.id in self._live else None
+        if wake_at is not None:
+            self._schedule(wake_at)
 
     def release(self, handover: HandOver) -> None:
         """Forget ``handover`` once nothing of it is pending: its subscriber gave its
         messages back unsettled (they stay pending as messages, in their group)."""
         with self._lock:
-            if handover.untrack():
+            if handover.id in self._live and handover.settled():
                 del self._live[handover.id]
 
     def settle(self, deliveries: Sequence[Delivery[Any]]) -> None:
@@ -291,21 +389,47 @@ class Ledger:
         run_effects(effects)
 
     def settle_whole(self, tranche: Tranche) -> None:
-        """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won)."""
+        """Apply a tranche whose worker acked it whole (`Tranche.claim_whole` won).
+
+        One ack for each of its messages: a message with no track had one destination
+        and no future. The last ack of one that no destination nacked completes it here,
+        its future resolved after the lock; the others go through `_complete`. The
+        common case (every destination acked) costs one dict lookup and no call per
+        message.
+        """
         effects: list[Effect] = []
         acked: list[Future[Outcome]] = []
+        envelopes = tranche.envelopes
         with self._lock:
-            if tranche.untrack(settled_only=False):
-                del self._live[tranche.id]
-            completed = len(tranche.envelopes)
-            if self._tracks:  # per-message outcomes to complete: a dict lookup each
-                completed = count_down(
-                    self._tracks, seqs_of(tranche.envelopes), self._complete, effects, acked)
+            self._live.pop(tranche.id, None)
+            completed = len(envelopes)
+            tracks = self._tracks
+            if tracks:
+                completed = 0
+                for seq in (envelopes.seqs if type(envelopes) is Block
+                            else map(_SEQ_OF, envelopes)):
+                    track = tracks.get(seq)
+                    if track is None:
+                        completed += 1
+                    elif track.remaining == 1 and track.nacks is None:
+                        del tracks[seq]
+                        completed += 1
+                        if track.future is not None:
+                            acked.append(track.future)
+                    else:
+                        track.remaining -= 1
+                        if track.remaining == 0:
+                            self._complete(seq, track, effects)
             self.pending -= completed
             self._counters.delivered += completed
             self._changed.notify_all()
-        resolve_all(acked, [ACKED_OUTCOME] * len(acked))  # first: it raises nothing
-        run_effects(effects)
+        for future in acked:  # first: it raises nothing
+            try:
+                future.set_result(ACKED_OUTCOME)
+            except InvalidStateError:  # done already (a caller's plain Future, cancelled)
+                pass
+        for effect in effects:
+            effect()
 
     def expire(self) -> None:
         """Nack (``timed_out``) every delivery whose deadline passed; re-arm the timer."""
@@ -360,7 +484,7 @@ class Ledger:
     def _apply(self, deliveries: Sequence[Delivery[Any]], effects: list[Effect]) -> None:
         live = self._live
         for handover in handovers_of(deliveries):  # forget the ones now fully settled
-            if handover.untrack():
+            if handover.id in live and handover.settled():
                 del live[handover.id]
         tracks = self._tracks
         if not tracks and all_acked(deliveries):  # a member's acks, no outcome tracked

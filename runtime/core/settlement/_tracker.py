@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors import Actor
-from runtime.core.settlement._delivery import Delivery
+from runtime.core.settlement._delivery import Delivery, Tranche
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.settlement._tranche import Tranche
 
 __all__ = ["SWEEP", "TICK", "TrackerActor"]
 

@@ -1,4 +1,12 @@
-"""Room in one balanced group's bounded queue: publishers take it, the group gives it back."""
+"""What publishers see of one balanced group: its room and its arrivals.
+
+Room in the group's bounded queue (`Gate`): publishers take it, the group gives it back.
+Chunks published into the group wait in its `Arrivals` on their way to its actor.
+Telling the group actor every chunk would cost one mailbox message, and one wake-up of
+the group's thread, per ``topic.publish``. The chunk is appended there instead, and the
+group is told `ARRIVED` only when it is not already due to take what waits: a burst of
+publishes costs the group one mailbox message and one wake-up.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +18,83 @@ from runtime.errors import WouldBlock
 
 if TYPE_CHECKING:
     from actors import Ref
-    from runtime.core.subscribers._arrivals import Arrivals
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-__all__ = ["SELF_WAIT", "Gate", "GroupHandle"]
+from runtime.core._envelope import Envelope
+
+if TYPE_CHECKING:
+    from actors import Ref
+
+__all__ = ["ARRIVED", "SELF_WAIT", "Arrivals", "Chunk", "Gate", "GroupHandle", "KeyMark"]
+
+# What the topic knows of a chunk's keys (from its own room check): False, none (the group
+# queues it as it is, reading no key); a str, the one key all of its messages share (the
+# group routes it whole); True, several (the group sorts it by key).
+KeyMark = bool | str
+Chunk = tuple[Sequence[Envelope], KeyMark]
+
+
+class _Arrived:
+    """The group's cue to take what waits in its `Arrivals`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ARRIVED"
+
+
+ARRIVED: Final = _Arrived()
+
+
+def _unbound(message: Any) -> None:
+    raise RuntimeError("Arrivals used before bind(): its group actor is unknown")
+
+
+class Arrivals:
+    """A group's incoming chunks, in publish order. Thread-safe.
+
+    Why no chunk is left behind: under one lock, `put` appends its chunk and reads the
+    due flag, and `take` clears the flag and empties the queue. A put that finds the
+    flag set comes before that take, which then sees its chunk; one that finds it clear
+    sets it and tells the group, so another take follows. At worst a take finds nothing
+    (harmless).
+
+    Made before its group actor (which takes from it), then `bind`-ed to that actor
+    before any publisher can see the group.
+    """
+
+    __slots__ = ("_chunks", "_due", "_lock", "_tell")
+
+    def __init__(self) -> None:
+        self._chunks: list[Chunk] = []
+        self._due = False
+        self._lock = threading.Lock()
+        self._tell: Callable[[Any], None] = _unbound
+
+    def bind(self, ref: Ref) -> None:
+        """Tell ``ref`` (the group actor) when chunks arrive."""
+        self._tell = ref.tell
+
+    def put(self, chunk: Sequence[Envelope], keys: KeyMark = True) -> None:
+        """Queue ``chunk`` for the group; tell it `ARRIVED` unless it is due already.
+
+        ``keys``: what its messages' keys are (`KeyMark`; the chunk and its mark travel
+        as one item, so no take can separate them)."""
+        with self._lock:
+            self._chunks.append((chunk, keys))
+            if self._due:
+                return
+            self._due = True
+        self._tell(ARRIVED)
+
+    def take(self) -> list[Chunk]:
+        """Every chunk waiting and its `KeyMark`, oldest first (the group's side)."""
+        with self._lock:
+            self._due = False
+            chunks, self._chunks = self._chunks, []
+        return chunks
+
 
 # Longest a group's own member waits for room in it (its handler publishing into its own
 # group): the room it waits for may be its own to give back, so an unbounded wait could
@@ -92,9 +174,11 @@ class Gate:
             WouldBlock: the deadline passed first.
         """
         with self._lock:
-            if not self.closed and self.used >= self._limit(keyed):
-                deadline = self._bound(deadline)
-            while not self.closed and self.used >= self._limit(keyed):
+            bounded = False
+            while not self.closed and self.used >= self.capacity + (
+                    self.lent_keyed if keyed else self.lent):
+                if not bounded:
+                    deadline, bounded = self._bound(deadline), True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise WouldBlock(self._full())
@@ -128,7 +212,7 @@ class Gate:
         with self._lock:
             if self.closed:
                 return -1
-            room = self._limit(keyed) - self.used
+            room = self.capacity + (self.lent_keyed if keyed else self.lent) - self.used
             taken = max(0, min(count, room))
             self.used += taken
             return taken
@@ -144,7 +228,7 @@ class Gate:
         thread for nothing)."""
         with self._lock:
             self.used -= count
-            if self._waiting and self.used < self._limit(False):
+            if self._waiting and self.used < self.capacity + self.lent:
                 self._changed.notify_all()
 
     def hand_on(self, count: int) -> None:
@@ -157,16 +241,13 @@ class Gate:
             self.used -= count
             self.lent = max(self.lent - count, 0)
             self.lent_keyed = max(self.lent_keyed - count, 0)
-            if self._waiting and self.used < self._limit(False):
+            if self._waiting and self.used < self.capacity + self.lent:
                 self._changed.notify_all()
-
-    def _limit(self, keyed: bool) -> int:
-        return self.capacity + (self.lent_keyed if keyed else self.lent)
 
     def free(self, keyed: bool) -> int:
         """Room a publish could take now without waiting (read without the lock: an
         estimate, for sizing a chunk; `acquire` decides)."""
-        return max(0, self._limit(keyed) - self.used)
+        return max(0, self.capacity + (self.lent_keyed if keyed else self.lent) - self.used)
 
     def full(self) -> bool:
         """True while a publish would wait: of keyed messages, or of unkeyed ones (a

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtime.core._envelope import Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink
 
 __all__ = ["Credit", "End", "Endpoint", "Join", "Leave", "Requeue"]
 
@@ -16,16 +17,17 @@ class Endpoint(Protocol):
 
     ``window`` bounds the deliveries it holds unsettled (its prefetch); ``handovers``,
     when not None, bounds the hand-overs it holds unsettled (a worker process: while it
-    is busy, what arrives waits in the group and leaves as one larger hand-over). With
-    ``tranches`` it is pushed one `Tranche` and no deliveries (it builds none unless
-    something fails).
+    is busy, what arrives waits in the group and leaves as one larger hand-over).
+    ``cost`` is its handler's measured seconds per message (None: not measured, as for
+    thread and pull members): the group gives a whole chunk to one member only while
+    every ready member is known to be cheap for it.
     """
 
     key: int
     subscriber_id: int
     window: int
     handovers: int | None
-    tranches: bool
+    cost: float | None
 
     def left(self, unsettled: int) -> int:
         """Of its ``unsettled`` deliveries, about how many it has yet to finish."""
@@ -33,15 +35,15 @@ class Endpoint(Protocol):
     def cap(self) -> int:
         """The most deliveries one hand-over may carry now."""
 
-    def prepare(self, handover: HandOver) -> None:
-        """Ready ``handover`` for this member before the ledger registers it."""
+    def hand_over(
+        self, sink: Sink, group: str, envelopes: Sequence[Envelope], attempts: list[int] | None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """Its hand-over of ``envelopes`` (settling to ``sink``), for the ledger to
+        register, and the deliveries to push with it (none for a worker's `Tranche`,
+        which builds them only if something fails)."""
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
-        """Hand a batch over; must not block."""
-
-    def prefers_whole(self, count: int) -> bool:
-        """True when ``count`` messages are cheaper handled here in one hand-over than
-        split across members (the hand-over itself costs more than they do)."""
+        """Hand a registered batch over; must not block."""
 
 
 @dataclass(frozen=True, slots=True)

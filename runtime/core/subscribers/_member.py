@@ -7,11 +7,12 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from actors import Actor, Ref
-from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core._envelope import Envelope
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink
 from runtime.core.subscribers._flusher import CallLater, Flusher
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._progress import SlotWriter
@@ -187,7 +188,8 @@ class ThreadEndpoint:
     """The group's view of a `MemberActor`: up to ``window`` deliveries unsettled."""
 
     handovers: int | None = None
-    tranches = False
+    cost: float | None = None  # never measured: a hand-over to a thread is cheap, and
+    # splitting lets I/O overlap
 
     def __init__(self, seat: Seat, ref: Ref, window: int = THREAD_WINDOW) -> None:
         self.key = seat.key
@@ -203,13 +205,14 @@ class ThreadEndpoint:
         """All of them: a thread's handler time is not measured."""
         return unsettled
 
-    def prepare(self, handover: HandOver) -> None:
-        """Nothing to do: its deadline runs from the hand-over."""
+    def hand_over(
+        self, sink: Sink, group: str, envelopes: Sequence[Envelope], attempts: list[int] | None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """A hand-over of ``envelopes`` and its deliveries, all pending (its deadline runs
+        from the hand-over)."""
+        return HandOver.of(sink, self.subscriber_id, group, envelopes, attempts)
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Tell the member the batch (never blocks)."""
         self.ref.tell((handover, deliveries))
 
-    def prefers_whole(self, count: int) -> bool:
-        """Never: a hand-over to a thread is cheap, and splitting lets I/O overlap."""
-        return False

@@ -59,14 +59,7 @@ class Progress:
             os.close(fd)
             self._fd = None
         self._words = memoryview(self._map).cast("q")
-        self._numbers = [0] * slots  # hand-over numbers, counted by the parent
-        self._lock = threading.Lock()  # the group's thread and the I/O thread number
-
-    def next_number(self, slot: int) -> int:
-        """The number of ``slot``'s next hand-over (from 1, in the order they are sent)."""
-        with self._lock:
-            self._numbers[slot] += 1
-            return self._numbers[slot]
+        self._lock = threading.Lock()  # reads against `close`
 
     def read(self, slot: int) -> tuple[int, int, float]:
         """``(number, index, started)`` of ``slot``: the last hand-over its worker started,

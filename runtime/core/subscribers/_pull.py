@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from actors import Ref
 from runtime.core._envelope import Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink, Tranche
 from runtime.core.subscribers._group_mail import Credit
 from runtime.errors import TopicClosedError
 
@@ -26,6 +26,7 @@ class PullEndpoint:
     """
 
     handovers: int | None = None
+    cost: float | None = None  # never measured: it takes at most its small window
 
     def __init__(self, key: int, subscriber_id: int, group: Ref, topic: str,
                  window: int = 1, *, tranches: bool = False) -> None:
@@ -39,8 +40,14 @@ class PullEndpoint:
         self._changed = threading.Condition(threading.Lock())
         self._closed = False
 
-    def prepare(self, handover: HandOver) -> None:
-        """Nothing to do: its deadline runs from the hand-over."""
+    def hand_over(
+        self, sink: Sink, group: str, envelopes: Sequence[Envelope], attempts: list[int] | None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """A hand-over of ``envelopes`` (its deadline runs from the hand-over): a lease
+        member's is one `Tranche` and no deliveries."""
+        if self.tranches:
+            return Tranche(sink, self.subscriber_id, group, envelopes, attempts), []
+        return HandOver.of(sink, self.subscriber_id, group, envelopes, attempts)
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Buffer a batch (called on the group's thread)."""
@@ -50,10 +57,6 @@ class PullEndpoint:
             else:
                 self._items.extend(deliveries)
             self._changed.notify_all()
-
-    def prefers_whole(self, count: int) -> bool:
-        """Never: a pull member takes at most its small window."""
-        return False
 
     def cap(self) -> int:
         """A hand-over may fill the whole window."""

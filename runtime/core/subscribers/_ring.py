@@ -43,6 +43,8 @@ class Ring:
         self._slots: list[Envelope | None] = [None] * capacity
         self._head = 0
         self._cursors: dict[int, int] = {}
+        # How many subscribers read the ring (read with `lock` held for a stable answer).
+        self.subscriber_count = 0
         self._wakes: dict[int, Wake | None] = {}
         self._idle: dict[int, Wake] = {}
         self._pulling = 0
@@ -50,11 +52,6 @@ class Ring:
         # Dead letters replayed to one subscriber, read before its next ring entry.
         self._replays: dict[int, deque[tuple[Envelope, int]]] = {}
         self._closed = False
-
-    @property
-    def subscriber_count(self) -> int:
-        """How many subscribers read the ring (call with `lock` held for a stable answer)."""
-        return len(self._cursors)
 
     def slowest(self) -> tuple[int, int] | None:
         """The subscriber furthest behind and how many entries it has not read; None: none."""
@@ -108,6 +105,7 @@ class Ring:
         """Start a subscriber at the head; ``wake()`` is called when it has mail (None: pull)."""
         with self.lock:
             self._cursors[subscriber_id] = self._head
+            self.subscriber_count = len(self._cursors)
             self._wakes[subscriber_id] = wake
             if wake is not None:
                 self._idle[subscriber_id] = wake
@@ -116,6 +114,7 @@ class Ring:
         """Stop a subscriber; return the entries it had not read yet."""
         with self._changed:
             cursor = self._cursors.pop(subscriber_id, None)
+            self.subscriber_count = len(self._cursors)
             self._wakes.pop(subscriber_id, None)
             self._idle.pop(subscriber_id, None)
             self._changed.notify_all()

@@ -16,10 +16,9 @@ from runtime.core._envelope import Envelope
 from runtime.core._settings import TopicSettings
 from runtime.core.settlement._delivery import Delivery, HandOver
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.subscribers._arrivals import Arrivals
 from runtime.core.subscribers._broadcast import WAKE, BroadcastActor
 from runtime.core.subscribers._flusher import CallLater
-from runtime.core.subscribers._gate import Gate, GroupHandle
+from runtime.core.subscribers._gate import Arrivals, Gate, GroupHandle
 from runtime.core.subscribers._group import GroupActor
 from runtime.core.subscribers._group_mail import End, Join, Leave, Requeue
 from runtime.core.subscribers._member import THREAD_WINDOW, Handler, MemberActor, Seat, ThreadEndpoint
@@ -77,18 +76,16 @@ class Subscribers:
         self._ids = itertools.count(1)
         self._keys = itertools.count(1)
         self._groups: dict[str, _Group] = {}
-        self._handles: list[GroupHandle] = []
+        # The balanced groups: replaced whole on each change, so a reader without the
+        # lock holds a snapshot.
+        self.handles: list[GroupHandle] = []
         self._broadcast: dict[int, Seat] = {}
         self._retired: list[Ref] = []
         self._pools: list[tuple[Pool, Progress]] = []
 
-    def handles(self) -> list[GroupHandle]:
-        """A snapshot of the balanced groups (read without locking)."""
-        return self._handles
-
     def names(self) -> list[str]:
         """The groups' names, in creation order."""
-        return [h.name for h in self._handles]
+        return [h.name for h in self.handles]
 
     def create_group(self, name: str) -> GroupHandle:
         """Return the group ``name``, creating (and spawning) it if needed."""
@@ -106,7 +103,7 @@ class Subscribers:
             arrivals.bind(ref)
             handle = GroupHandle(name, ref, gate, arrivals)
             self._groups[name] = _Group(handle)
-            self._handles = [*self._handles, handle]
+            self.handles = [*self.handles, handle]
             return handle
 
     def delete_group(self, name: str) -> None:
@@ -115,7 +112,7 @@ class Subscribers:
             group = self._groups.pop(name, None)
             if group is None:
                 raise KeyError(f"topic {self._topic!r} has no group {name!r}")
-            self._handles = [h for h in self._handles if h.name != name]
+            self.handles = [h for h in self.handles if h.name != name]
         group.handle.gate.close()
         self._await_end(group.handle.ref, group.handle.ref.ask(End("unsubscribed"), timeout=None))
         for seat in group.seats.values():

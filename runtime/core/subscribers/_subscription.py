@@ -8,9 +8,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from actors import Ref
 from runtime.core._settings import check_timeout
-from runtime.core.settlement._delivery import Delivery, HandOver
+from runtime.core.settlement._delivery import Delivery, HandOver, Tranche
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.settlement._tranche import Tranche
 from runtime.core.subscribers._broadcast import hand_over
 from runtime.core.subscribers._pull import PullEndpoint
 from runtime.core.subscribers._ring import Ring

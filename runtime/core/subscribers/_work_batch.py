@@ -33,10 +33,9 @@ __all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerAc
 WORKER_COLLECT_AFTER = 10_000
 
 _monotonic = time.monotonic
-# The envelope fields a worker needs: number, payload, key, attributes, publish time (and
-# ids, only where a message has its own: `_own_ids`).
-_COLUMNS = tuple(map(itemgetter, (SEQ, PAYLOAD, KEY, ATTRIBUTES, STAMP_TIME)))
-_ID = itemgetter(MESSAGE_ID)
+# The envelope fields a worker needs (ids only where a message has its own).
+_SEQ, _PAYLOAD, _KEY = itemgetter(SEQ), itemgetter(PAYLOAD), itemgetter(KEY)
+_ATTRIBUTES, _STAMP_TIME, _ID = itemgetter(ATTRIBUTES), itemgetter(STAMP_TIME), itemgetter(MESSAGE_ID)
 
 # (index, acked, reason, error[, cause]): one settlement seen by the worker; a raising
 # handler's adds its cause, (exception type, traceback text).
@@ -98,26 +97,39 @@ class WorkBatch:
                      progress: tuple[str, int] | None = None) -> WorkBatch:
         """The columns of ``envelopes`` with their ``attempts`` (None: all first ones).
 
-        Each column is one ``map`` of an item getter: ``zip(*envelopes)`` built an
-        iterator per envelope, tracked by the garbage collector (more young collections
-        in the parent).
+        A block's columns are taken as they are; other envelopes are read one column at
+        a time by an item getter, in C. Numbers that follow each other travel as a
+        ``range``; then no message has an id of its own (only a replayed dead letter
+        does, and its number is negative), so the ids column is not read.
         """
-        ids: list[str | None] | None = None  # a block's messages have no ids of their own
-        if type(envelopes) is Block:  # columns already: none is read
-            numbers, payloads = _compact(envelopes.seqs), envelopes.payloads
-            keys, attributes, stamps = envelopes.keys, envelopes.attributes, envelopes.stamps
+        ids: list[str | None] | None = None
+        if type(envelopes) is Block:
+            seqs: Sequence[int] = envelopes.seqs
+            payloads, keys = envelopes.payloads, envelopes.keys
+            attributes, stamps = envelopes.attributes, envelopes.stamps
         else:
-            seqs, payloads, keys, attributes, stamps = (
-                list(map(getter, envelopes)) for getter in _COLUMNS)
-            numbers = _compact(seqs)
-            ids = _own_ids(envelopes, numbers)
+            seqs = list(map(_SEQ, envelopes))
+            payloads = list(map(_PAYLOAD, envelopes))
+            keys = list(map(_KEY, envelopes))
+            attributes = list(map(_ATTRIBUTES, envelopes))
+            stamps = list(map(_STAMP_TIME, envelopes))
         size = len(payloads)
+        first = seqs[0]
+        if type(seqs) is not range and seqs[-1] - first == size - 1 and seqs == list(
+                range(first, first + size)):  # checked in C
+            seqs = range(first, first + size)
+        if type(envelopes) is not Block and (type(seqs) is not range or first <= 0):
+            ids = list(map(_ID, envelopes))
+            if ids.count(None) == size:
+                ids = None
+        if stamps is not None and not isinstance(stamps, float) and stamps.count(
+                stamps[0]) == size:
+            stamps = stamps[0]  # one publish time for all
         return cls(
-            subscriber_id, group, topic, numbers, ids, payloads,
+            subscriber_id, group, topic, seqs, ids, payloads,
             None if keys is None or keys.count(None) == size else keys,
             None if attributes is None or not any(attributes) else attributes,
-            _one_stamp(stamps, size),
-            None if attempts is None or attempts.count(1) == size else attempts,
+            stamps, None if attempts is None or attempts.count(1) == size else attempts,
             ack_timeout, number, progress,
         )
 
@@ -130,7 +142,9 @@ class WorkBatch:
             self.keys, self.attributes, self.stamps, self.attempts, self.ack_timeout,
             self.number, self.progress, self.pickled,
         )
-        if _all_stamped(self.stamps):
+        stamps = self.stamps  # of Publisher messages: all are stamped
+        if stamps is not None and (isinstance(stamps, float) or None not in (
+                stamps.values if type(stamps) is Runs else stamps)):
             plain = dumps_plain(columns, pickle.HIGHEST_PROTOCOL)
             if plain is not None:
                 return _from_plain, (plain,)
@@ -197,46 +211,9 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__qualname__}: {exc}"
 
 
-def _all_stamped(stamps: Sequence[float | None] | float | None) -> bool:
-    """Whether every message of a stamps column came through a Publisher."""
-    if stamps is None:
-        return False  # none did
-    if isinstance(stamps, float):
-        return True  # one publish time for all
-    return None not in (stamps.values if type(stamps) is Runs else stamps)
-
-
 def _from_plain(plain: bytes) -> WorkBatch:
     """A `WorkBatch` from its columns pickled by `dumps_plain`."""
     return WorkBatch(*pickle.loads(plain))
-
-
-def _own_ids(envelopes: Sequence[Envelope], numbers: Sequence[int]) -> list[str | None] | None:
-    """The ids column: None when no message has an id of its own, as when the numbers
-    are a run of positive ones (only a replayed dead letter holds its own id, and it has
-    a negative number: one column fewer to read for most hand-overs)."""
-    if isinstance(numbers, range) and numbers.start > 0:
-        return None
-    ids = list(map(_ID, envelopes))
-    return None if ids.count(None) == len(ids) else ids
-
-
-def _one_stamp(stamps: Any, size: int) -> Any:
-    """A publish times column as one value when all are alike."""
-    if stamps is None or isinstance(stamps, float):
-        return stamps
-    first = stamps[0]
-    return first if stamps.count(first) == size else stamps
-
-
-def _compact(seqs: Sequence[int]) -> Sequence[int]:
-    """``seqs`` as a ``range`` when they follow each other (checked in C), else as is."""
-    if type(seqs) is range:
-        return seqs
-    first = seqs[0]
-    if seqs[-1] - first == len(seqs) - 1 and seqs == list(range(first, first + len(seqs))):
-        return range(first, first + len(seqs))
-    return seqs
 
 
 class _Collect:

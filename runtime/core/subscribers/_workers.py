@@ -7,6 +7,7 @@ two hand-overs; what crosses the pipe and runs in the worker is in `_work_batch`
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -17,8 +18,7 @@ from typing import Any, cast
 from actors import Ref
 from actors.errors import ActorError, WorkerCrashedError
 from runtime.core._envelope import TOPIC, Envelope
-from runtime.core.settlement._delivery import Delivery, HandOver
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import Delivery, HandOver, Sink, Tranche
 from runtime.core.subscribers._group_mail import Credit
 from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._work_batch import Settlement, WorkBatch, WorkerActor
@@ -28,7 +28,7 @@ Requeue = Callable[[HandOver, list[tuple[Envelope, int]]], None]
 
 __all__ = [
     "FIRST_BATCH", "HANDOVER_BYTES", "HANDOVER_WORK", "PROCESS_BATCH", "SLOW_BATCH",
-    "SPLIT_WORTH", "ProcessEndpoint", "WorkBatch", "WorkerActor", "payload_size",
+    "ProcessEndpoint", "WorkBatch", "WorkerActor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,11 +54,6 @@ HANDOVER_WORK = 0.005
 HANDOVER_BYTES = 8 * 1024 * 1024
 # Of the ack timeout, the share one hand-over's handler time may fill.
 _DEADLINE_SHARE = 0.25
-
-# Handler time under which a batch is not worth splitting across workers: a hand-over
-# costs the parent its build, pickle, pipe write and answer, so a split that saves less
-# than this in the slower half only adds hand-overs (re-measure with `fanout_cpu`).
-SPLIT_WORTH = 200e-6
 _COST_WEIGHT = 0.25  # of the newest batch in the running per-message handler time
 
 
@@ -85,7 +80,6 @@ class ProcessEndpoint:
     """
 
     handovers: int | None = PROCESS_HANDOVERS
-    tranches = True
 
     def __init__(
         self, key: int, subscriber_id: int, worker: Ref, group: Ref, tracker: Ref, *,
@@ -100,17 +94,22 @@ class ProcessEndpoint:
         self._tracker = tracker
         self._ack_timeout = ack_timeout
         self._progress, self._slot = progress
+        # Its hand-overs' numbers (from 1, in the order they are sent), which the worker
+        # reports in its slot; the group's thread and the I/O thread take them.
+        self._number = 0
+        self._lock = threading.Lock()
         self._requeue = requeue
         self._running: list[HandOver] = []  # in flight, in the order the worker takes them
         self._since = 0.0  # when the worker began the first of them, about
-        self._cost: float | None = None  # running handler seconds per message
+        # Its handler's running seconds per message (None until its first answer).
+        self.cost: float | None = None
         self._size: int | None = None  # running payload bytes per message (bytes payloads)
 
     def cap(self) -> int:
         """The most deliveries for one hand-over: few until the handler's time is known,
         then about `HANDOVER_WORK` of it (`SLOW_BATCH` to `PROCESS_BATCH`), no more than
         fill a quarter of the ack timeout, and about `HANDOVER_BYTES` of payload."""
-        cost = self._cost
+        cost = self.cost
         if cost is None:
             return FIRST_BATCH
         if cost <= 0:
@@ -128,27 +127,31 @@ class ProcessEndpoint:
         it did of its running hand-over since it began it, at its measured time per
         delivery (balanced by counts alone, a backlog's last hand-overs left one worker
         idle while the other still ran a hand-over it had just begun)."""
-        cost = self._cost
+        cost = self.cost
         if not cost or not self._running:
             return unsettled
         return max(unsettled - int((time.monotonic() - self._since) / cost), 0)
 
-    def prefers_whole(self, count: int) -> bool:
-        """True once this worker's handler is known to take ``count`` messages in less
-        than `SPLIT_WORTH` (unknown: split, the safe choice for slow handlers)."""
-        cost = self._cost
-        return cost is not None and cost * count < SPLIT_WORTH
-
-    def prepare(self, handover: HandOver) -> None:
-        """Number ``handover`` for the worker, before the ledger gives it a deadline: the
-        deadline stays off until the worker reports that it started it."""
-        number = self._progress.next_number(self._slot)
-        cast(Tranche, handover).run_by_worker(
-            number, partial(self._progress.running_for, self._slot, number))
+    def hand_over(
+        self, sink: Sink, group: str, envelopes: Sequence[Envelope], attempts: list[int] | None,
+    ) -> tuple[HandOver, list[Delivery[Any]]]:
+        """A `Tranche` of ``envelopes``, numbered for the worker before the ledger gives
+        it a deadline: the deadline stays off until the worker reports that it started
+        it. No deliveries: the tranche builds them only if something fails."""
+        with self._lock:
+            self._number += 1
+            number = self._number
+        return Tranche(sink, self.subscriber_id, group, envelopes, attempts, number=number,
+                       started=partial(self._progress.running_for, self._slot, number)), []
 
     def push(self, handover: HandOver, deliveries: list[Delivery[Any]]) -> None:
         """Ask the worker to handle the tranche (``handover``; ``deliveries`` is empty);
-        settle from its answer (never blocks)."""
+        settle from its answer (never blocks).
+
+        Bytes payloads update the running bytes per message `cap` bounds hand-overs by,
+        from the first and last of the batch; the size of other payloads is not known
+        before they are pickled.
+        """
         tranche = cast(Tranche, handover)
         envelopes = tranche.envelopes
         batch = WorkBatch.of_envelopes(
@@ -156,7 +159,11 @@ class ProcessEndpoint:
             tranche.attempts, self._ack_timeout, tranche.number,
             (self._progress.path, self._slot),
         )
-        self._size = payload_size(batch.payloads, self._size)
+        first, last = batch.payloads[0], batch.payloads[-1]
+        if first.__class__ is bytes and last.__class__ is bytes:  # else not known unpickled
+            size, previous = (len(first) + len(last)) // 2 + 1, self._size  # a sample
+            self._size = size if previous is None else previous + int(
+                (size - previous) * _COST_WEIGHT)
         self._send(tranche, batch)
 
     def _send(self, tranche: Tranche, batch: WorkBatch) -> None:
@@ -171,7 +178,7 @@ class ProcessEndpoint:
         if not self._running:
             self._since = time.monotonic()
         self._running.append(tranche)  # only the answer callbacks remove (one I/O thread)
-        future.add_done_callback(self._answered(tranche, batch))
+        future.add_done_callback(partial(self._answered, tranche, batch))
 
     def _send_each(self, tranche: Tranche, batch: WorkBatch) -> None:
         """Send ``tranche`` again with each payload pickled alone; the ones that do not
@@ -188,31 +195,29 @@ class ProcessEndpoint:
             return
         self._send(tranche, each)
 
-    def _answered(self, tranche: Tranche, batch: WorkBatch) -> Callable[[Future[Any]], None]:
-        def done(future: Future[Any]) -> None:
-            running = self._running
-            if tranche in running:
-                running.remove(tranche)
-            if running:
-                self._since = time.monotonic()
-            error = future.exception()
-            if error is not None:
-                self._failed(tranche, batch, error)
-                return
-            elapsed, reply = future.result()
-            size = len(tranche.envelopes)
-            per_message = elapsed / size
-            cost = self._cost
-            self._cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
-            if type(reply) is not int:
-                self._finish(_claim_settled(tranche.unpack(), reply), size)
-            elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
-                self._tracker.tell(tranche)
-                self._group.tell(Credit(self.key, size, 1))
-            else:  # a deadline, the close sweep or a failed payload took some
-                self._finish(_claim_acked(tranche.unpack()), size)
-
-        return done
+    def _answered(self, tranche: Tranche, batch: WorkBatch, future: Future[Any]) -> None:
+        """Settle from the worker's answer to ``batch`` (in the I/O thread)."""
+        running = self._running
+        if tranche in running:
+            running.remove(tranche)
+        if running:
+            self._since = time.monotonic()
+        error = future.exception()
+        if error is not None:
+            self._failed(tranche, batch, error)
+            return
+        elapsed, reply = future.result()
+        size = len(tranche.envelopes)
+        per_message = elapsed / size
+        cost = self.cost
+        self.cost = per_message if cost is None else cost + (per_message - cost) * _COST_WEIGHT
+        if type(reply) is not int:
+            self._finish(_claim_settled(tranche.unpack(), reply), size)
+        elif tranche.claim_whole():  # the all-acked path: one record, no deliveries
+            self._tracker.tell(tranche)
+            self._group.tell(Credit(self.key, size, 1))
+        else:  # a deadline, the close sweep or a failed payload took some
+            self._finish(_claim_acked(tranche.unpack()), size)
 
     def _failed(self, tranche: Tranche, batch: WorkBatch, error: BaseException) -> None:
         """The ask for ``batch`` failed: the worker died, or the batch did not load there."""
@@ -224,7 +229,10 @@ class ProcessEndpoint:
             logger.info("worker of subscriber %s failed: %s", self.subscriber_id, error)
             self._fail(tranche, "worker_crashed", str(error))
         else:  # it did not unpickle whole in the worker, which ran none of it
-            self.prepare(tranche)  # a new number: it goes behind what the worker holds
+            with self._lock:  # a new number: it goes behind what the worker holds
+                self._number += 1
+                number = self._number
+            tranche.run_by_worker(number, partial(self._progress.running_for, self._slot, number))
             self._send_each(tranche, replace(batch, number=tranche.number))
 
     def _crashed(self, tranche: Tranche, number: int, error: str) -> None:
@@ -252,17 +260,6 @@ class ProcessEndpoint:
         if settled:
             self._tracker.tell(settled)
         self._group.tell(Credit(self.key, count, 1))
-
-
-def payload_size(payloads: Sequence[Any], previous: int | None) -> int | None:
-    """Bytes per message of a hand-over whose payloads are bytes (its first and last
-    ones, a sample), folded into the running ``previous``; ``previous`` for other
-    payloads (their pickled size is not known before they are pickled)."""
-    first, last = payloads[0], payloads[-1]
-    if first.__class__ is not bytes or last.__class__ is not bytes:
-        return previous
-    size = (len(first) + len(last)) // 2 + 1
-    return size if previous is None else previous + int((size - previous) * _COST_WEIGHT)
 
 
 def _claim_acked(deliveries: list[Delivery[Any]]) -> list[Delivery[Any]]:

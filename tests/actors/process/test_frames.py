@@ -13,7 +13,7 @@ import pytest
 from actors import Actor, ActorSystem, Event
 from actors.errors import WorkerCrashedError
 from actors.process import _wire as wire
-from actors.process._frames import FrameStalled, send_frame
+from actors.process._channel import FrameStalled, send_frame
 from actors.process._wire import ExitCode
 
 

@@ -15,7 +15,7 @@ from runtime.broker.lease._record import envelope_columns
 from runtime.core._block import Block, Runs, join_envelopes, keys_of, seqs_of
 from runtime.core._envelope import message_of
 from runtime.core._topic_actor import _merged_keys
-from runtime.core.subscribers._key_routing import Fifo, sort_by_key, split_keyed, take_share
+from runtime.core.subscribers._group import Fifo, sort_by_key, split_keyed, take_share
 from runtime.core.subscribers._work_batch import WorkBatch
 
 
@@ -259,7 +259,7 @@ def test_a_lease_holds_part_of_a_block_hand_over_as_it_holds_its_envelopes(
 ) -> None:
     from runtime.broker.lease._handover import hold
     from runtime.broker.lease._record import LeaseColumns
-    from runtime.core.settlement._tranche import Tranche
+    from runtime.core.settlement._delivery import Tranche
 
     block = Block.join([_block(1, 4, keys=True, attrs=True), _block(5, 3, stamp=300.0)])
     held = []

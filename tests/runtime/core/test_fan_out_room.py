@@ -145,7 +145,7 @@ def test_a_chunk_sized_before_a_subscriber_came_goes_again_in_pieces_that_fit_th
     assert fan_outs == [40] + [CAPACITY] * 5  # refused whole, then chunks the ring holds
     stats = topic.stats()
     assert (stats.published, stats.delivered, stats.pending) == (40, 40, 0)
-    handle = topic._subscribers.handles()[0]
+    handle = topic._subscribers.handles[0]
     assert handle.gate.used == 0  # the refused chunk's room was given back
 
 

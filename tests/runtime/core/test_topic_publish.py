@@ -281,7 +281,7 @@ def test_a_publish_refused_by_a_full_group_never_counts_as_published(bus: Bus) -
     assert (topic.stats().published, topic.stats().pending) == (1, 1)
 
     with _publishing(topic, "third") as future:
-        gate = topic._subscribers.handles()[0].gate
+        gate = topic._subscribers.handles[0].gate
         assert wait_until(lambda: gate._waiting == 1, 10.0)
         assert topic.stats().published == 1  # waiting for room: not in the topic yet
         topic.close()

@@ -56,7 +56,7 @@ def test_a_run_waits_for_messages_its_group_has_not_handed_over_yet(
     reader = _Watched(SourceOptions.parse(options(
         broker.address, topic="t", group="spark", max_messages_per_batch=_BATCH)),
         StructType([]))
-    gate = topic._subscribers.handles()[0].gate
+    gate = topic._subscribers.handles[0].gate
     ends: list[int] = []
     third = threading.Thread(target=lambda: ends.append(
         reader.latestOffset(second, ReadAllAvailable())["offset"]))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runtime.core.settlement._deadlines import Deadlines
 from runtime.core.settlement._delivery import HandOver
+from runtime.core.settlement._ledger import Deadlines
 
 
 class FakeClock:
@@ -80,7 +80,7 @@ def test_a_renewed_handover_expires_at_its_new_deadline_only() -> None:
 
     clock.now = 103.5
     assert deadlines.due(renewed)
-    deadlines.extend(renewed)
+    deadlines.add(renewed)  # renewed: a second entry
     clock.now = 104.5
     first = deadlines.pop_expired(live)
     wake_at = deadlines.rearm()

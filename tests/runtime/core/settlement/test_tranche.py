@@ -11,9 +11,8 @@ import pytest
 from runtime import Bus, Delivery, Nack, Outcome
 from runtime.core._envelope import Envelope
 from runtime.core.settlement._dead_letters import DeadLetterQueue
-from runtime.core.settlement._delivery import ACKED, NACKED
+from runtime.core.settlement._delivery import ACKED, NACKED, Tranche
 from runtime.core.settlement._ledger import Ledger
-from runtime.core.settlement._tranche import Tranche
 
 
 def _envelopes(count: int) -> list[Envelope]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runtime import Bus
-from runtime.core.subscribers._arrivals import ARRIVED, Arrivals
+from runtime.core.subscribers._gate import ARRIVED, Arrivals
 
 
 class _Recorder:
@@ -102,19 +102,19 @@ def test_a_group_failing_on_one_chunk_dead_letters_it_and_the_chunks_taken_with_
 
     from runtime.core.settlement._dead_letters import DeadLetterQueue
     from runtime.core.settlement._ledger import Ledger
-    from runtime.core.subscribers._group import GroupActor
+    from runtime.core.subscribers._group import Fifo
 
     letters = DeadLetterQueue()
     group = bare_group(Ledger(topic="t", ack_timeout=None, max_attempts=1, dead_letters=letters))
     arrivals = group._arrivals
-    accept = GroupActor._accept
+    extend = Fifo.extend
 
-    def accept_but_chunk_two(self: GroupActor, envelopes: list[Any], *keyed: bool) -> None:
+    def extend_but_chunk_two(self: Fifo, envelopes: list[Any]) -> None:
         if any(envelope[0] == 2 for envelope in envelopes):
             raise RuntimeError("books out of order")
-        accept(self, envelopes, *keyed)
+        extend(self, envelopes)
 
-    monkeypatch.setattr(GroupActor, "_accept", accept_but_chunk_two)
+    monkeypatch.setattr(Fifo, "extend", extend_but_chunk_two)
     for number in (1, 2, 3):
         arrivals.put(_chunk(number))
 

@@ -14,7 +14,7 @@ from support.groups import FakeEndpoint, bare_group, publish_chunk
 from support.reliability import append_line, read_lines
 
 from runtime import Bus, Delivery
-from runtime.core.subscribers._arrivals import ARRIVED
+from runtime.core.subscribers._gate import ARRIVED
 from runtime.errors import InvalidSettingsError, WouldBlock
 
 

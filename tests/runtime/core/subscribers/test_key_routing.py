@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runtime.core.subscribers._key_routing import sort_by_key
+from runtime.core.subscribers._group import sort_by_key
 
 MEMBERS = [1, 2]
 

@@ -16,8 +16,7 @@ from support.groups import FakeEndpoint, group_of, publish_chunk
 from runtime import Delivery, Message
 from runtime.core._envelope import Envelope
 from runtime.core._message import NO_ATTRIBUTES
-from runtime.core.settlement._delivery import ACKED, NACKED, HandOver
-from runtime.core.settlement._tranche import Tranche
+from runtime.core.settlement._delivery import ACKED, NACKED, HandOver, Tranche
 from runtime.core.subscribers._progress import Progress
 from runtime.core.subscribers._workers import (
     FIRST_BATCH,
@@ -30,7 +29,6 @@ from runtime.core.subscribers._workers import (
     WorkerActor,
     _claim_acked,
     _claim_settled,
-    payload_size,
 )
 from runtime.errors import SettlementError
 
@@ -303,14 +301,22 @@ def _endpoint(progress: Progress, worker: Any = None, **settings: Any) -> Proces
     )
 
 
-def test_a_worker_prefers_whole_chunks_only_once_it_is_known_to_be_cheap(progress: Progress) -> None:
+def test_a_worker_s_cost_is_unknown_until_its_first_answer(progress: Progress) -> None:
     endpoint = _endpoint(progress)
 
-    assert not endpoint.prefers_whole(1)  # no batch answered yet: split
-    endpoint._cost = 1e-6
-    assert endpoint.prefers_whole(100) and not endpoint.prefers_whole(1_000)
-    endpoint._cost = 0.02  # a CPU-heavy handler: even 2 messages are worth two workers
-    assert not endpoint.prefers_whole(2)
+    assert endpoint.cost is None  # no batch answered yet: its chunks are split
+
+
+@pytest.mark.parametrize(("cost", "whole"), [(1e-6, True), (1e-5, False), (0.02, False)])
+def test_a_chunk_goes_whole_only_while_it_costs_members_less_than_split_worth(
+    cost: float, whole: bool,
+) -> None:
+    first, second = FakeEndpoint(1), FakeEndpoint(2)
+    first.cost = second.cost = cost  # 100 messages: 100 µs, 1 ms, 2 s (SPLIT_WORTH: 200 µs)
+
+    publish_chunk(group_of(first, second), _chunk(0))
+
+    assert sorted([first.sizes, second.sizes]) == ([[], [100]] if whole else [[50], [50]])
 
 
 def test_a_worker_s_load_is_what_it_has_not_done_of_its_running_hand_over(progress: Progress) -> None:
@@ -319,11 +325,11 @@ def test_a_worker_s_load_is_what_it_has_not_done_of_its_running_hand_over(progre
     endpoint._since = time.monotonic()
     unknown = endpoint.left(100)  # its handler's time not known yet
 
-    endpoint._cost = 1e-9  # a nanosecond a message: all done by now
+    endpoint.cost = 1e-9  # a nanosecond a message: all done by now
     done = endpoint.left(100)
-    endpoint._cost = 10.0  # ten seconds a message: none done yet
+    endpoint.cost = 10.0  # ten seconds a message: none done yet
     begun = endpoint.left(100)
-    endpoint._cost, endpoint._running = 1e-9, []
+    endpoint.cost, endpoint._running = 1e-9, []
     idle = endpoint.left(100)  # nothing running: its unsettled ones are not begun
 
     assert (unknown, done, begun, idle) == (100, 0, 100, 100)
@@ -336,37 +342,14 @@ def test_a_hand_over_holds_about_5_ms_of_handler_time_within_its_bounds(progress
 
     sizes = []
     for cost in (1e-6, 1e-5, 2e-4, 0.05):
-        endpoint._cost = cost
+        endpoint.cost = cost
         sizes.append(endpoint.cap())
     assert sizes == [PROCESS_BATCH, int(HANDOVER_WORK / 1e-5), SLOW_BATCH, SLOW_BATCH]
     assert SLOW_BATCH < sizes[1] < PROCESS_BATCH  # ~500: 5 ms of 10 µs messages
 
     bounded = _endpoint(progress, ack_timeout=0.1)
-    bounded._cost = 1e-3  # a quarter of the ack timeout holds 25 such messages
+    bounded.cost = 1e-3  # a quarter of the ack timeout holds 25 such messages
     assert bounded.cap() == 25
-
-
-def test_a_hand_over_of_large_payloads_holds_about_8_mib(progress: Progress) -> None:
-    endpoint = _endpoint(progress)
-    endpoint._cost = 1e-6  # cheap: 1,024 messages by time alone
-
-    endpoint._size = payload_size([b"x" * 100, b"y" * 100], None)
-    assert endpoint.cap() == PROCESS_BATCH
-    endpoint._size = payload_size([b"x" * 2**20] * 3, None)  # 1 MiB each
-    assert endpoint.cap() == HANDOVER_BYTES // (2**20 + 1) == 7
-    endpoint._size = payload_size([b"x" * 10 * 2**20], None)  # the largest Publisher message
-    assert endpoint.cap() == 1
-    # objects other than bytes: their size is not known, the last estimate stays
-    assert payload_size([{"order": 1}, {"order": 2}], endpoint._size) == endpoint._size
-    assert payload_size([{"order": 1}], None) is None
-
-
-def test_the_payload_estimate_follows_a_change_of_size_gradually() -> None:
-    size = payload_size([b"x" * 1000], None)
-    assert size == 1001  # (first + last) / 2 + 1: one payload is both
-
-    later = payload_size([b"x" * 9999], size)
-    assert later == 1001 + (10000 - 1001) // 4  # a quarter of the way to the new size
 
 
 class _Unanswered:
@@ -378,6 +361,39 @@ class _Unanswered:
     def ask(self, message: WorkBatch, timeout: float | None) -> Future[Any]:
         self.asked.append(message)
         return Future()
+
+
+def _push(endpoint: ProcessEndpoint, payloads: list[Any]) -> None:
+    """Hand ``endpoint`` one tranche of ``payloads`` (its worker never answers)."""
+    envelopes: list[Envelope] = [
+        (n, str(n), payload, None, None, "t", 1.0) for n, payload in enumerate(payloads, 1)]
+    endpoint.push(Tranche(None, 1, "g", envelopes), [])
+
+
+def test_a_hand_over_of_large_payloads_holds_about_8_mib(progress: Progress) -> None:
+    endpoint = _endpoint(progress, _Unanswered())
+    endpoint.cost = 1e-6  # cheap: 1,024 messages by time alone
+
+    _push(endpoint, [b"x" * 100, b"y" * 100])
+    assert endpoint._size == 101 and endpoint.cap() == PROCESS_BATCH
+    endpoint._size = None
+    _push(endpoint, [b"x" * 2**20] * 3)  # 1 MiB each
+    assert endpoint.cap() == HANDOVER_BYTES // (2**20 + 1) == 7
+    endpoint._size = None
+    _push(endpoint, [b"x" * 10 * 2**20])  # the largest Publisher message
+    assert endpoint.cap() == 1
+    # objects other than bytes: their size is not known, the last estimate stays
+    _push(endpoint, [{"order": 1}, {"order": 2}])
+    assert endpoint._size == 10 * 2**20 + 1
+
+
+def test_the_payload_estimate_follows_a_change_of_size_gradually(progress: Progress) -> None:
+    endpoint = _endpoint(progress, _Unanswered())
+
+    _push(endpoint, [b"x" * 1000])
+    assert endpoint._size == 1001  # (first + last) / 2 + 1: one payload is both
+    _push(endpoint, [b"x" * 9999])
+    assert endpoint._size == 1001 + (10000 - 1001) // 4  # a quarter of the way to the new size
 
 
 def test_each_hand_over_updates_the_payload_estimate(progress: Progress) -> None:
