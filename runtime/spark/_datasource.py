@@ -19,10 +19,10 @@ from runtime.spark._options import (
     SourceOptions,
     uses_redis,
 )
-from runtime.spark._redis_sink import RedisBatchWriter, RedisStreamWriter
-from runtime.spark._redis_source import RedisStreamReader
 from runtime.spark._sink import ActorbusBatchWriter, ActorbusStreamWriter
 from runtime.spark._source import ActorbusStreamReader
+from runtime.spark.redis._sink import RedisBatchWriter, RedisStreamWriter
+from runtime.spark.redis._source import RedisStreamReader
 
 __all__ = ["ActorbusDataSource", "register"]
 

@@ -28,8 +28,8 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from runtime.broker._client import Channel, parse_address
 from runtime.redis._connection import Connection
 from runtime.spark._options import read_authkey
-from runtime.spark._redis_source import REDIS_FIELD, ack_through
 from runtime.spark._source import lease_of_offset
+from runtime.spark.redis._source import REDIS_FIELD, ack_through
 
 __all__ = ["AckOnProgress"]
 

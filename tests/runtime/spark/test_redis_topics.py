@@ -182,7 +182,7 @@ def test_a_driver_killed_inside_a_planned_batch_restarts_without_loss_or_duplica
 def test_a_retried_sink_commit_publishes_once(redis_server: RedisServer, topics: Any) -> None:
     from runtime.redis._connection import Connection
     from runtime.redis._keys import TopicKeys
-    from runtime.spark._redis_sink import commit_parts
+    from runtime.spark.redis._sink import commit_parts
 
     _, sink = topics()
     connection = Connection(redis_server.url)

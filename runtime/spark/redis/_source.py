@@ -45,7 +45,7 @@ from runtime.core._settings import TopicSettings
 from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.spark._options import RedisSourceOptions
-from runtime.spark._redis_rows import Limits, held_batch
+from runtime.spark.redis._rows import Limits, held_batch
 
 __all__ = ["HeldRange", "RedisStreamReader", "ack_through", "redis_offset_name"]
 

@@ -32,7 +32,7 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys, partition_of
 from runtime.spark._arrow import sink_batch
 from runtime.spark._options import RedisSinkOptions
-from runtime.spark._redis_rows import staged_rows
+from runtime.spark.redis._rows import staged_rows
 
 __all__ = ["RedisBatchWriter", "RedisStagedParts", "RedisStreamWriter", "commit_parts"]
 
