@@ -142,7 +142,7 @@ class PublishWaiting:
         keep_ids: bool = True,
     ) -> list[str]:
         """The ids of ``count`` messages published as ``futures``, within the timeout
-        (none unless ``keep_ids``: a commit reads none, and ids are spelled when read)."""
+        (none unless ``keep_ids``: a commit reads none)."""
         deadline = self._clock() + self._publish_timeout
         ids: list[str] = []
         for future in futures:

@@ -9,11 +9,10 @@ from itertools import accumulate, chain, repeat
 from operator import add, itemgetter
 from typing import Any, overload
 
-from runtime.core._envelope import KEY, SEQ, Envelope, MessageIds, message_id
+from runtime.core._envelope import KEY, Envelope, message_id, message_ids
 
-__all__ = ["Block", "Runs", "any_keyed", "ids_of", "join_envelopes", "keys_of", "picker", "seqs_of"]
+__all__ = ["Block", "Runs", "any_keyed", "ids_of", "join_envelopes", "keys_of", "picker"]
 
-_SEQ_OF = itemgetter(SEQ)
 _KEY_OF = itemgetter(KEY)
 
 
@@ -263,13 +262,6 @@ def join_envelopes(pieces: Sequence[Sequence[Envelope]]) -> Sequence[Envelope]:
     return list(chain.from_iterable(pieces))
 
 
-def seqs_of(envelopes: Sequence[Envelope]) -> Sequence[int]:
-    """The numbers of ``envelopes``, in order."""
-    if type(envelopes) is Block:
-        return envelopes.seqs
-    return list(map(_SEQ_OF, envelopes))
-
-
 def keys_of(envelopes: Sequence[Envelope]) -> Sequence[str | None]:
     """The keys of ``envelopes``, in order (a block's own column: read, never change it)."""
     if type(envelopes) is Block:
@@ -288,12 +280,12 @@ def any_keyed(envelopes: Sequence[Envelope]) -> bool:
 
 def ids_of(envelopes: Sequence[Envelope]) -> Sequence[str]:
     """The ids of ``envelopes`` in order. A block's are its numbers (none has an id of its
-    own), spelled only when read (`MessageIds`) when they follow each other."""
+    own), spelled from the suffix table (`message_ids`) when they follow each other."""
     if type(envelopes) is Block:
         seqs = envelopes.seqs
         if type(seqs) is range:
-            return MessageIds(seqs.start, len(seqs))
+            return message_ids(seqs.start, len(seqs))
         if type(seqs) is Runs and seqs.step == 1 and len(seqs.values) == 1:
-            return MessageIds(seqs.values[0], len(seqs))  # a slice of joined staged parts
+            return message_ids(seqs.values[0], len(seqs))  # a slice of joined staged parts
         return list(map(str, seqs))
     return list(map(message_id, envelopes))

@@ -12,19 +12,18 @@ someone reads it (`message_of`), so an unread message costs no object of its own
 A message's id is its sequence number in decimal, and its envelope holds None for it:
 read it with `message_id`. Only a replayed dead letter, which keeps its message's id
 under a new (negative) number, holds the id itself: no id string lives per message
-while it is in flight (`MessageIds` spells ids when read).
+while it is in flight (`message_ids` spells a batch's ids when it is published).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Final, overload
+from typing import Any, Final
 
 from runtime.core._message import NO_ATTRIBUTES, new_message
 
 __all__ = [
     "ATTRIBUTES", "KEY", "MESSAGE_ID", "PAYLOAD", "SEQ", "STAMP_TIME", "TOPIC", "Envelope",
-    "MessageIds", "message_id", "message_ids", "message_of",
+    "message_id", "message_ids", "message_of",
 ]
 
 # (seq, message_id, payload, key, attributes, topic, stamp_time); message_id is None
@@ -76,48 +75,3 @@ def message_ids(first: int, count: int) -> list[str]:
             ids += map(str, range(number, stop))
         number = stop
     return ids
-
-
-class MessageIds(Sequence[str]):
-    """The ids of the messages numbered ``first`` to ``first + count - 1``, in order,
-    spelled only when read: a Publisher reads only those of the futures its callers kept.
-    ``first`` is a published message's number (at least 1).
-
-    Equal to any sequence of the same ids (a list of them, say).
-    """
-
-    __slots__ = ("_count", "_first")
-
-    def __init__(self, first: int, count: int) -> None:
-        self._first = first
-        self._count = count
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[str]: ...
-    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        numbers = range(self._first, self._first + self._count)[index]
-        if isinstance(numbers, int):
-            return str(numbers)
-        if numbers.step == 1:
-            return MessageIds(numbers.start, len(numbers))
-        return list(map(str, numbers))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(message_ids(self._first, self._count))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, MessageIds):
-            return self._count == other._count and (self._count == 0 or self._first == other._first)
-        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash
-
-    def __repr__(self) -> str:
-        return f"MessageIds({self._first}, {self._count})"

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from runtime.core._block import Block, Runs, any_keyed, ids_of, keys_of
+from runtime.core._block import Block, Runs, ids_of
 from runtime.core._envelope import KEY, Envelope
 from runtime.core._future import MessageFuture
-from runtime.core._message import Message, checked_attributes, parts_of
+from runtime.core._message import Message, checked_attributes
 from runtime.core._outcome import Outcome, PublishReport
 from runtime.core._settings import TopicSettings, check_timeout
 from runtime.core.settlement._delivery import Delivery
@@ -40,13 +40,12 @@ _LAG_YIELDS = 3
 
 
 def check_keys(keys: Sequence[Any]) -> None:
-    """Refuse keys that are not a str or None (a group hashes them to pick a member).
+    """Refuse keys that are not a str or None (a group hashes them to pick a member);
+    the callers skip it when every key's type is one of those.
 
     Raises:
         TypeError: naming the first bad key's type.
     """
-    if set(map(type, keys.values if type(keys) is Runs else keys)) <= _KEY_TYPES:
-        return
     for key in keys:
         if key is not None and not isinstance(key, str):
             raise TypeError(f"a key must be a str or None, got {type(key).__qualname__}")
@@ -109,17 +108,6 @@ class PublishPath:
                 continue
             raise MessageTypeError(self._topic, expected.__qualname__, type(message).__qualname__)
 
-    def check_datas(self, datas: list[bytes]) -> None:
-        """Steps 1-2 for Publisher messages given by their data."""
-        if self._ledger.closed:
-            raise TopicClosedError(self._topic)
-        expected = self._settings.message_type
-        if expected is None or issubclass(Message, expected):
-            return
-        for data in datas:
-            if not isinstance(data, expected):
-                raise MessageTypeError(self._topic, expected.__qualname__, "Message")
-
     def admit(self, deadline: float | None) -> bool:
         """Steps 3-4: throttle, then wait for a ``max_pending`` slot; True if one was taken."""
         settings, ledger = self._settings, self._ledger
@@ -133,23 +121,6 @@ class PublishPath:
                 ledger.count("throttled")
         ledger.take_slot(max_pending, deadline)
         return True
-
-    def envelopes(
-        self, datas: list[bytes], attributes: Sequence[dict[str, str] | None],
-        keys: Sequence[str | None],
-    ) -> Block:
-        """Accept Publisher messages: a new number (id) each, in increasing order, and the
-        publish time (stamped lazily), as one `Block` (no envelope per message).
-
-        Empty attributes become None: a message with none holds no dict of its own.
-        """
-        size = len(datas)
-        first = self._take_seqs(size)
-        return Block(
-            range(first, first + size), datas, keys if keys.count(None) != size else None,
-            [a or None for a in attributes] if any(attributes) else None, self._topic,
-            time.time(),
-        )
 
     def _take_seqs(self, count: int) -> int:
         """Reserve ``count`` consecutive message numbers; returns the first."""
@@ -187,62 +158,94 @@ class PublishPath:
 
     def refuse(self, message: Message, reason: str, error: str | None) -> None:
         """Dead-letter a Publisher message refused on its way in, under an id of its own."""
-        envelope = self.envelopes(*parts_of([message]))[0]
+        envelope: Envelope = (
+            self._take_seqs(1), None, message.data, message.ordering_key or None,
+            message.attributes or None, self._topic, time.time(),
+        )
         self._ledger.dead_letter_refused(envelope, reason, error)
 
-    def publish_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: Sequence[str | None],
-        deadline: float | None = None,
-    ) -> Sequence[str]:
-        """A Publisher batch, as parallel lists: the whole chain for each message.
+    def stamp_parts(
+        self, datas: list[bytes], attributes: Sequence[dict[str, str]],
+        keys: Sequence[str | None],
+    ) -> Block:
+        """Steps 1-2 for a Publisher batch given as parallel lists (its keys, the closed
+        guard, its type), then accept it as one `Block`: a new number (id) each, in
+        increasing order, and one publish time (no envelope per message). `publish_envelopes`
+        publishes it, now or later (staged rows are stamped when staged).
 
-        Returns the ids in order (spelled when read). Blocks on backpressure until
-        ``deadline`` (``time.monotonic()`` based; None: no bound; closing the topic
-        wakes it).
+        Empty attributes become None: a message with none holds no dict of its own.
+
+        Raises:
+            TopicClosedError, MessageTypeError: nothing of the batch is accepted.
+            TypeError: a key is not a str or None (nothing of the batch is accepted).
+        """
+        if not set(map(type, keys.values if type(keys) is Runs else keys)) <= _KEY_TYPES:
+            check_keys(keys)
+        if self._ledger.closed:
+            raise TopicClosedError(self._topic)
+        expected = self._settings.message_type
+        if expected is not None and not issubclass(Message, expected):
+            for data in datas:
+                if not isinstance(data, expected):
+                    raise MessageTypeError(self._topic, expected.__qualname__, "Message")
+        size = len(datas)
+        with self._seq_lock:
+            first = self._next_seq
+            self._next_seq = first + size
+        return Block(
+            range(first, first + size), datas, keys if keys.count(None) != size else None,
+            [a or None for a in attributes] if any(attributes) else None, self._topic,
+            time.time(),
+        )
+
+    def publish_envelopes(self, block: Block, deadline: float | None = None) -> Sequence[str]:
+        """Steps 3-5 for a batch of `stamp_parts`: returns its ids in order. Blocks on
+        backpressure until ``deadline`` (``time.monotonic()`` based; None: no bound;
+        closing the topic wakes it).
+
+        Without a throttle the batch is fanned out in chunks: each fits both a group's
+        queue and (for a blocking ring) the ring, or the room there is now (`room`); with
+        ``max_pending``, it is as many as there are free slots (waiting for one). A batch
+        is admitted chunk by chunk, not message by message: the same bound, and one
+        reservation and one entry in each group's arrivals per chunk instead of per
+        message. The chunk waiting when ``deadline`` passes takes nothing (`fan_out`).
 
         Raises:
             PartlyPublished: the topic closed, or the deadline passed, after accepting
                 part of the batch (the accepted prefix's ids and the refusal; the rest
                 never entered it: not counted, not pending, no ``max_pending`` slot).
-            TopicClosedError, MessageTypeError: nothing of the batch was accepted.
+            TopicClosedError: the topic closed before any of the batch was accepted.
             WouldBlock: the deadline passed before any of the batch was accepted.
-            TypeError: a key is not a str or None (nothing of the batch is published).
         """
-        return self.publish_envelopes(self.stamp_parts(datas, attributes, keys), deadline)
-
-    def stamp_parts(
-        self, datas: list[bytes], attributes: list[dict[str, str]], keys: Sequence[str | None],
-    ) -> Block:
-        """Check a batch (keys, type) and accept it as envelopes; `publish_envelopes`
-        publishes them, now or later (staged rows are stamped when staged).
-
-        Raises:
-            TopicClosedError, MessageTypeError, TypeError: as `publish_parts`.
-        """
-        check_keys(keys)
-        self.check_datas(datas)
-        return self.envelopes(datas, attributes, keys)
-
-    def publish_envelopes(
-        self, envelopes: Sequence[Envelope], deadline: float | None = None,
-    ) -> Sequence[str]:
-        """Steps 3-5 for envelopes of `stamp_parts`: returns their ids in order. Every
-        wait for room ends at ``deadline`` (None: no bound).
-
-        Raises:
-            PartlyPublished, TopicClosedError, WouldBlock: as `publish_parts`.
-        """
-        if self._ledger.closed:
+        ledger, max_pending = self._ledger, self._settings.max_pending
+        if ledger.closed:
             raise TopicClosedError(self._topic)
-        settings = self._settings
-        if settings.max_pending is None or not settings.throttle:
-            accepted, error = self._publish_chunks(envelopes, deadline)
+        error: BaseException | None = None
+        if max_pending is not None and self._settings.throttle:
+            accepted, error = self._publish_each(block, deadline)
         else:
-            accepted, error = self._publish_each(envelopes, deadline)
+            keys, size = block.keys, len(block.payloads)
+            keyed = keys is not None and keys.count(None) != size
+            accepted, fitted = 0, max_pending is not None  # fitted: chunks sized to the ring
+            while accepted < size:
+                count = min(self.chunk if fitted else self.room(keyed), size - accepted)
+                try:
+                    if max_pending is not None:
+                        count = ledger.take_slots(count, max_pending, deadline)
+                    chunk = block if count == size else block[accepted:accepted + count]
+                    self.fan_out(chunk, [None] * count if chunk.keys is None else chunk.keys,
+                                 None, max_pending is not None, deadline)
+                except Oversized:
+                    fitted = True  # nothing was taken: again, in chunks that fit the ring
+                    continue
+                except (WouldBlock, TopicClosedError) as exc:
+                    error = exc
+                    break
+                accepted += count
         if error is None:
-            return ids_of(envelopes)
+            return ids_of(block)
         if accepted:
-            raise PartlyPublished(list(ids_of(envelopes[:accepted])), error) from error
+            raise PartlyPublished(list(ids_of(block[:accepted])), error) from error
         raise error
 
     def room(self, keyed: bool) -> int:
@@ -262,48 +265,17 @@ class PublishPath:
             least = min(least, group.gate.free(keyed))
         return max(chunk, least)
 
-    def _publish_chunks(
-        self, envelopes: Sequence[Envelope], deadline: float | None,
-    ) -> tuple[int, BaseException | None]:
-        """Fan ``envelopes`` out in chunks; returns how many were accepted, and why the
-        rest were refused (None: none was; `WouldBlock` once ``deadline`` passed while
-        waiting for room: the chunk waited on takes nothing, see `fan_out`).
-
-        A chunk fits both a group's queue and (for a blocking ring) the ring, or the room
-        there is now (`room`); with ``max_pending``, it is as many as there are free slots
-        (waiting for one). A batch is admitted chunk by chunk, not message by message: the
-        same bound, and one reservation and one entry in each group's arrivals per chunk
-        instead of per message.
-        """
-        max_pending = self._settings.max_pending
-        keyed = any_keyed(envelopes)
-        start, fitted = 0, max_pending is not None  # fitted: chunks sized to the ring
-        while start < len(envelopes):
-            size = self.chunk if fitted else self.room(keyed)
-            count = min(size, len(envelopes) - start)
-            try:
-                if max_pending is not None:
-                    count = self._ledger.take_slots(count, max_pending, deadline)
-                chunk = envelopes[start:start + count]
-                self.fan_out(chunk, keys_of(chunk), None, max_pending is not None, deadline)
-            except Oversized:
-                fitted = True  # nothing was taken: again, in chunks that fit the ring
-                continue
-            except (WouldBlock, TopicClosedError) as exc:
-                return start, exc
-            start += count
-        return start, None
-
     def _publish_each(
-        self, envelopes: Sequence[Envelope], deadline: float | None,
+        self, block: Block, deadline: float | None,
     ) -> tuple[int, BaseException | None]:
-        """`_publish_chunks` one message at a time, each through the throttle."""
-        for index, envelope in enumerate(envelopes):
+        """`publish_envelopes` one message at a time, each through the throttle: how many
+        were accepted, and why the rest were refused (None: none was)."""
+        for index, envelope in enumerate(block):
             try:
                 self.fan_out((envelope,), (envelope[KEY],), None, self.admit(deadline), deadline)
             except (WouldBlock, TopicClosedError) as exc:
                 return index, exc
-        return len(envelopes), None
+        return len(block), None
 
     def fan_out(
         self, envelopes: Sequence[Envelope], keys: Sequence[str | None],

@@ -86,7 +86,7 @@ class Replay:
         """
         message = letter.message
         if isinstance(message, Message):
-            self._path.publish_parts(*parts_of([message]))
+            self._path.publish_envelopes(self._path.stamp_parts(*parts_of([message])))
         else:
             self._path.publish_one(message, letter.key, letter.attributes, None)
 

@@ -78,17 +78,31 @@ class TopicActor(Actor):
         """Each batch's outcome, in order: runs of parts together while they fit the room
         (without keys, the room any member may fill), stamped blocks alone; waits for
         room end at ``deadline``."""
-        outcomes: list[BatchOutcome] = []
-        keyed = any(type(b) is not Block and b[2].count(None) != len(b[2]) for b in batches)
+        path, outcomes = self._path, list[BatchOutcome]()
+        keyed = False
+        for batch in batches:
+            if type(batch) is not Block and batch[2].count(None) != len(batch[2]):
+                keyed = True
+                break
         start = 0
         while start < len(batches):
             first = batches[start]
             if type(first) is Block:
-                outcomes.append(_published_alone(self._path, first, deadline))
+                outcomes.append(_published_alone(path, first, deadline))
                 start += 1
                 continue
-            end = _fitting(batches, start, self._path.room(keyed))
-            outcomes += _publish_together(self._path, batches[start:end], deadline)  # type: ignore[arg-type]
+            # The run: at most `_MAX_MERGED` batches, as many as fit the room (at least
+            # one, however large), before any block.
+            room, end, count = path.room(keyed), start + 1, len(first[0])
+            while end < len(batches) and end - start < _MAX_MERGED:
+                following = batches[end]
+                if type(following) is Block:
+                    break
+                count += len(following[0])
+                if count > room:
+                    break
+                end += 1
+            outcomes += _publish_together(path, batches[start:end], deadline)  # type: ignore[arg-type]
             start = end
         return outcomes
 
@@ -100,18 +114,6 @@ def _published_alone(path: PublishPath, block: Block, deadline: float | None) ->
         return partial.ids, partial.error
     except BaseException as exc:
         return None, exc
-
-
-def _fitting(parts: Sequence[Batch], start: int, chunk: int) -> int:
-    """Where the batches published together from ``start`` end: at most `_MAX_MERGED`,
-    as many as fit ``chunk`` messages (at least one, however large), before any block."""
-    end, count = start + 1, len(parts[start][0])
-    while end < len(parts) and end - start < _MAX_MERGED and type(parts[end]) is not Block:
-        count += len(parts[end][0])
-        if count > chunk:
-            break
-        end += 1
-    return end
 
 
 def _publish_together(
@@ -132,7 +134,7 @@ def _publish_together(
         keys = _merged_keys([batch_keys for _, _, batch_keys in parts])
     error: BaseException | None = None
     try:
-        ids = path.publish_parts(datas, attributes, keys, deadline)
+        ids = path.publish_envelopes(path.stamp_parts(datas, attributes, keys), deadline)
     except PartlyPublished as partial:
         ids, error = partial.ids, partial.error
     except _REFUSALS as exc:

@@ -246,7 +246,10 @@ class PublisherActor(Actor):
         elif isinstance(message, Future):
             self._run_done(message)
         elif isinstance(message, Tick):
-            self._tick()
+            self._tick_at = None
+            for batch in self._batcher.due():
+                self._close(batch)
+            self._arm()
         elif isinstance(message, SendNow):
             self._relieve()
         elif isinstance(message, Flush):
@@ -260,8 +263,25 @@ class PublisherActor(Actor):
                 self._on_paused(self._sequencer.paused)
         else:
             raise TypeError(f"unexpected message for a Publisher: {message!r}")
-        if self._outbox:
-            self._send_outbox()
+        if not self._outbox:
+            return None
+        # Send the batches made ready by this mail: the Publisher's one call into the
+        # topic. The topic takes runs of up to `RUN` batches (`_publish_batches`: one call
+        # and one future each); the future comes back to this actor as mail once done.
+        batches, self._outbox = self._outbox, []
+        for start in range(0, len(batches), RUN):
+            run = batches[start:start + RUN]
+            parts = []
+            for batch in run:
+                parts.append((batch.datas, batch.attributes, batch.keys))
+                self._in_flight += len(batch.datas)
+            try:
+                outcomes = self._topic._publish_batches(parts)
+            except Exception as exc:  # a topic should answer with the failure; tolerate a raise
+                outcomes = Future()
+                outcomes.set_result([(None, exc)] * len(run))
+            self._runs[outcomes] = run
+            outcomes.add_done_callback(self._tell)
         return None
 
     # Batching.
@@ -303,12 +323,6 @@ class PublisherActor(Actor):
             if self._ticker is not None:
                 self._ticker.schedule(deadline)
 
-    def _tick(self) -> None:
-        self._tick_at = None
-        for batch in self._batcher.due():
-            self._close(batch)
-        self._arm()
-
     def _relieve(self) -> None:
         """A publish waits for capacity: send the open batches unless those in flight hold
         more (their confirmations free it sooner, and open batches keep filling instead of
@@ -343,28 +357,6 @@ class PublisherActor(Actor):
         self._arm()
 
     # Sending.
-
-    def _send_outbox(self) -> None:
-        """Send the batches made ready by the current mail: the Publisher's one call into
-        the topic.
-
-        The topic takes runs of up to `RUN` batches (`_publish_batches`: one call and one
-        future each); the future comes back to this actor as mail once done.
-        """
-        batches, self._outbox = self._outbox, []
-        for start in range(0, len(batches), RUN):
-            run = batches[start:start + RUN]
-            parts = []
-            for batch in run:
-                parts.append((batch.datas, batch.attributes, batch.keys))
-                self._in_flight += len(batch.datas)
-            try:
-                outcomes = self._topic._publish_batches(parts)
-            except Exception as exc:  # a topic should answer with the failure; tolerate a raise
-                outcomes = Future()
-                outcomes.set_result([(None, exc)] * len(run))
-            self._runs[outcomes] = run
-            outcomes.add_done_callback(self._tell)
 
     def _run_done(self, outcomes: Future[list[Outcome]]) -> None:
         """A run's outcomes came back: settle each of its batches on its own outcome and

@@ -476,8 +476,14 @@ class Ledger:
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Block until nothing is pending or ``timeout`` passes; True when idle."""
+        end = None if timeout is None else time.monotonic() + timeout
         with self._changed:
-            return self._changed.wait_for(lambda: self.pending == 0, timeout)
+            while self.pending:
+                remaining = None if end is None else end - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
 
     # -- internals (lock held) ----------------------------------------------------
 

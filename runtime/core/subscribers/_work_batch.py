@@ -9,6 +9,7 @@ per-message decoding.
 from __future__ import annotations
 
 import gc
+import io
 import pickle
 import time
 from collections.abc import Iterable, Sequence
@@ -22,10 +23,9 @@ from runtime.core._block import Block, Runs
 from runtime.core._envelope import ATTRIBUTES, KEY, MESSAGE_ID, PAYLOAD, SEQ, STAMP_TIME, Envelope
 from runtime.core.settlement._delivery import ACKED, Delivery, HandOver
 from runtime.core.subscribers._member import Handler, run_handler
-from runtime.core.subscribers._plain_pickle import dumps_plain
 from runtime.core.subscribers._progress import SlotWriter
 
-__all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerActor"]
+__all__ = ["WORKER_COLLECT_AFTER", "Reply", "Settlement", "WorkBatch", "WorkerActor", "dumps_plain"]
 
 # A worker process's first collector threshold: allocations (net) between young
 # collections, above what a whole hand-over allocates (a delivery and its envelope per
@@ -344,3 +344,44 @@ class WorkerActor(Actor):
 def _cause_of(delivery: Delivery[Any]) -> tuple[tuple[str, str], ...]:
     cause = getattr(delivery, "_cause", None)
     return () if cause is None else (cause,)
+
+
+# Pickling a hand-over's columns without pickle's memo, where that changes nothing.
+#
+# pickle remembers every object it writes but small atoms (ints, floats, None, booleans):
+# a memo entry, and a ``MEMOIZE`` opcode the loading side stores again, so that a second
+# reference to the same object is written as a reference. The columns of a hand-over of
+# Publisher messages hold no object twice that matters: each message is its own data, so
+# the pickler's fast mode (no memo) writes the same stream less the memo's work, on both
+# sides (compare with ``python -m benchmarks --only pipeline_pool``).
+#
+# `dumps_plain` takes fast mode only for plain data: anything but builtin values,
+# ``range`` and `Runs` (a user's object, a bytes subclass) makes it give up, and so does
+# a cycle (fast mode cannot write one); the caller then pickles as usual.
+
+# Objects the pickler asks about that are plain: ranges, runs, and classes (pickled by
+# name: `Runs`' own class, a metaclass instance). Builtin values it writes without asking.
+_PLAIN = (range, Runs, type)
+
+
+class _NotPlain(Exception):
+    """An object fast mode may not write as it is (it might be shared or large)."""
+
+
+class _PlainPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, _PLAIN):
+            return NotImplemented  # pickled the usual way
+        raise _NotPlain
+
+
+def dumps_plain(obj: Any, protocol: int) -> bytes | None:
+    """``obj`` pickled without the memo, or None when it is not plain data (see above)."""
+    out = io.BytesIO()
+    try:
+        pickler = _PlainPickler(out, protocol=protocol)
+        pickler.fast = True  # the C pickler's no-memo mode (an instance setting)
+        pickler.dump(obj)
+    except (_NotPlain, ValueError, RecursionError):  # ValueError: fast mode met a cycle
+        return None
+    return out.getvalue()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runtime.broker.lease._record import envelope_columns
-from runtime.core._block import Block, Runs, join_envelopes, keys_of, seqs_of
+from runtime.core._block import Block, Runs, join_envelopes, keys_of
 from runtime.core._envelope import message_of
 from runtime.core._topic_actor import _merged_keys
 from runtime.core.subscribers._group import Fifo, sort_by_key, split_keyed, take_share
@@ -48,7 +48,7 @@ def test_a_block_reads_as_the_envelopes_it_stands_for(keys: bool, attrs: bool) -
     assert block[-1] == expected[-1]
     assert list(block[2:5]) == expected[2:5]
     assert type(block[2:5]) is Block and block[2:5].seqs == range(7, 10)
-    assert seqs_of(block) == range(5, 12)
+    assert block.seqs == range(5, 12)
     assert keys_of(block) == [e[3] for e in expected]
     assert message_of(block[0]).message_id == "5"
 

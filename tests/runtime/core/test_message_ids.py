@@ -1,12 +1,12 @@
 """Message ids: the decimal strings of the sequence numbers, built from a suffix table,
-read off an envelope (`message_id`), and spelled when read (`MessageIds`)."""
+read off an envelope (`message_id`), and a published batch's in order (`ids_of`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from runtime import Bus
-from runtime.core._envelope import MESSAGE_ID, SEQ, MessageIds, message_id, message_ids
+from runtime.core._envelope import MESSAGE_ID, SEQ, message_id, message_ids
 from runtime.core._topic_actor import batch_ids
 
 
@@ -37,21 +37,6 @@ def test_an_envelope_with_an_id_of_its_own_reads_it() -> None:
     assert message_id((17, None, b"x", None, None, "t", None)) == "17"
 
 
-def test_message_ids_read_like_the_list_of_their_strings() -> None:
-    ids = MessageIds(998, 5)
-    spelled = ["998", "999", "1000", "1001", "1002"]
-
-    assert len(ids) == 5 and list(ids) == spelled and ids == spelled and spelled == ids
-    assert [ids[0], ids[4], ids[-1]] == ["998", "1002", "1002"]
-    assert ids[1:3] == ["999", "1000"] and ids[::2] == ["998", "1000", "1002"]
-    assert ids[3:] == MessageIds(1001, 2) and ids[5:] == [] and ids[5:] == MessageIds(1, 0)
-    assert ids != spelled[:4] and ids != MessageIds(999, 5) and ids != "998"
-    with pytest.raises(IndexError):
-        ids[5]
-    with pytest.raises(TypeError):
-        hash(ids)
-
-
 def test_a_publisher_batch_s_ids_are_its_numbers_in_order() -> None:
     with Bus() as bus:
         topic = bus.create_topic("ids", ack_timeout=None)
@@ -78,5 +63,5 @@ def test_staged_parts_joined_and_published_in_slices_get_their_own_ids() -> None
         across = batch_ids(topic._publish_batches([joined[25:40]])).result(5)  # across both runs
 
     assert type(joined) is Block
-    assert isinstance(inside, MessageIds) and inside == [str(n) for n in range(6, 26)]
+    assert inside == [str(n) for n in range(6, 26)]
     assert across == [str(n) for n in [*range(26, 31), *range(36, 46)]]

@@ -8,8 +8,7 @@ import pickletools
 from typing import Any
 
 from runtime.core._block import Runs
-from runtime.core.subscribers._plain_pickle import dumps_plain
-from runtime.core.subscribers._work_batch import WorkBatch
+from runtime.core.subscribers._work_batch import WorkBatch, dumps_plain
 
 
 class Tagged(bytes):
