@@ -13,8 +13,8 @@ import math
 import threading
 import time
 import zlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from runtime.core._settings import TopicSettings
 from runtime.errors import BackendUnavailableError
@@ -110,14 +110,7 @@ class OwnedPartitions:
                 self._idle.wait(min(block, RENEW_EVERY))
             return []
         self._turn += 1
-        order = owned[self._turn % len(owned):] + owned[:self._turn % len(owned)]
-        for consumer in order[:-1] if block else order:
-            found = consumer.read(count, None)
-            if found:
-                return found
-        if not block:
-            return []
-        return order[-1].read(count, block / len(order))
+        return _read_in_turn(owned, self._turn, count, block)
 
     def expired(self, delivery: RedisDelivery[Any]) -> bool:
         """Whether ``delivery`` must not run now: its deadline passed, its partition is no
@@ -212,6 +205,25 @@ class OwnedPartitions:
                            "deadline", self._topic, partition, self.name)
 
 
+class _Reads(Protocol):
+    def read(self, count: int, block: float | None) -> list[RedisDelivery[Any]]: ...
+
+
+def _read_in_turn(sources: Sequence[_Reads], turn: int, count: int,
+                 block: float | None) -> list[RedisDelivery[Any]]:
+    """Up to ``count`` deliveries from the first of ``sources`` (starting at ``turn``,
+    round) that has some; with ``block``, the last one waits for what is left of it."""
+    start = turn % len(sources)
+    order = [*sources[start:], *sources[:start]]
+    for source in order[:-1] if block else order:
+        found = source.read(count, None)
+        if found:
+            return found
+    if not block:
+        return []
+    return order[-1].read(count, block / len(order))
+
+
 def give_back(connection: Connection, keys: list[TopicKeys], group: str, name: str,
               partitions: Any = None) -> None:
     """Give member ``name``'s leases of ``group`` back (of ``partitions``, default every
@@ -258,16 +270,8 @@ class AllPartitions:
         Raises:
             BackendUnavailableError: Redis did not answer.
         """
-        readers = self._readers
-        self._turn = (self._turn + 1) % len(readers)
-        order = readers[self._turn:] + readers[:self._turn]
-        for reader in order[:-1] if block else order:
-            found = reader.read(count, None)
-            if found:
-                return found
-        if not block:
-            return []
-        return order[-1].read(count, block / len(order))
+        self._turn = (self._turn + 1) % len(self._readers)
+        return _read_in_turn(self._readers, self._turn, count, block)
 
     def expired(self, delivery: RedisDelivery[Any]) -> bool:
         """Whether ``delivery``'s ack deadline passed while it waited in the batch."""

@@ -32,7 +32,8 @@ from runtime.broker._client import Channel
 from runtime.spark._arrow import sink_ipc
 from runtime.spark._options import SinkOptions
 
-__all__ = ["ActorbusBatchWriter", "ActorbusStreamWriter", "StagedParts", "stage_chunks"]
+__all__ = ["ActorbusBatchWriter", "ActorbusStreamWriter", "StagedParts", "stage_chunks",
+           "streaming_task_batch"]
 
 _STAGE_ROWS = 50_000
 
@@ -136,6 +137,21 @@ def _parts(messages: list[WriterCommitMessage | None]) -> tuple[str | None, list
     return producer, [part for m in staged for part in m.parts]
 
 
+def streaming_task_batch(producer_id: str | None) -> tuple[str, str]:
+    """In a streaming write task: (the producer id, or the query's id; the micro-batch id).
+
+    Raises:
+        RuntimeError: the task belongs to no streaming micro-batch.
+    """
+    context = TaskContext.get()
+    assert context is not None, "write() runs in a Spark task"
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    producer = producer_id or context.getLocalProperty("sql.streaming.queryId")
+    if batch is None or producer is None:
+        raise RuntimeError("actorbus sink: no streaming batch id in this task")
+    return producer, batch
+
+
 class ActorbusStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("actorbus")``: exactly once per (producer, micro-batch)."""
 
@@ -144,12 +160,7 @@ class ActorbusStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedParts:
         """Executor: stage this task's rows under the micro-batch id."""
-        context = TaskContext.get()
-        assert context is not None, "write() runs in a Spark task"
-        batch = context.getLocalProperty("streaming.sql.batchId")
-        producer = self.options.producer_id or context.getLocalProperty("sql.streaming.queryId")
-        if batch is None or producer is None:
-            raise RuntimeError("actorbus sink: no streaming batch id in this task")
+        producer, batch = streaming_task_batch(self.options.producer_id)
         return _stage(self.options, producer, batch, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -32,6 +32,7 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys, partition_of
 from runtime.spark._arrow import sink_batch
 from runtime.spark._options import RedisSinkOptions
+from runtime.spark._sink import streaming_task_batch
 from runtime.spark.redis._rows import staged_rows
 
 __all__ = ["RedisBatchWriter", "RedisStagedParts", "RedisStreamWriter", "commit_parts"]
@@ -177,12 +178,7 @@ class RedisStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RedisStagedParts:
         """Executor: stage this task's rows under the micro-batch id."""
-        context = TaskContext.get()
-        assert context is not None, "write() runs in a Spark task"
-        batch = context.getLocalProperty("streaming.sql.batchId")
-        producer = self.options.producer_id or context.getLocalProperty("sql.streaming.queryId")
-        if batch is None or producer is None:
-            raise RuntimeError("actorbus sink: no streaming batch id in this task")
+        producer, batch = streaming_task_batch(self.options.producer_id)
         return _stage(self.options, self.settings, producer, batch, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

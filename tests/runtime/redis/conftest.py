@@ -4,6 +4,7 @@ once per session (both from `support.redis_server`)."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -32,13 +33,9 @@ def _session_redis() -> Iterator[RedisServer | None]:
         server.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _session_redis_cluster() -> Iterator[RedisClusterNodes | None]:
-    """The session's 3-master Redis Cluster, started before any test of this folder (for
-    the leak check, as `_session_redis`). None when redis-server or redis-cli is missing."""
-    if REDIS_SERVER is None or REDIS_CLI is None:
-        yield None
-        return
+@contextlib.contextmanager
+def _started_cluster() -> Iterator[RedisClusterNodes]:
+    """A 3-master Redis Cluster in a temporary directory, stopped by its pids on exit."""
     with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
         cluster = RedisClusterNodes(Path(workdir))
         try:
@@ -46,6 +43,17 @@ def _session_redis_cluster() -> Iterator[RedisClusterNodes | None]:
             yield cluster
         finally:
             cluster.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_redis_cluster() -> Iterator[RedisClusterNodes | None]:
+    """The session's 3-master Redis Cluster, started before any test of this folder (for
+    the leak check, as `_session_redis`). None when redis-server or redis-cli is missing."""
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        yield None
+        return
+    with _started_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture
@@ -67,13 +75,8 @@ def own_redis_cluster() -> Iterator[RedisClusterNodes]:
     """A 3-master Redis Cluster of its own, for a test that kills one of its masters."""
     if REDIS_SERVER is None or REDIS_CLI is None:
         pytest.skip(_SKIP_CLUSTER)
-    with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
-        cluster = RedisClusterNodes(Path(workdir))
-        try:
-            cluster.start()
-            yield cluster
-        finally:
-            cluster.stop()
+    with _started_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture
