@@ -36,7 +36,7 @@ The families and their modules:
   vs our path as the OS places its threads (``/free``), and the 16-key paths pinned vs the
   plain path pinned (``/ordered``, ``/ordered_fc``); a fresh interpreter, report only.
 - ``_cpu_scaling`` also holds ``fanout_cpu``: a ~200 us handler, one-at-a-time publish to
-  ``workers=2``, its speedup over serial vs the best stdlib pool's (target 0.95).
+  ``workers=2``, its speedup over serial vs the best stdlib pool's (target 0.9).
 - ``_fanout``: ``broadcast_fanout``, 8 broadcast subscribers, cost per delivery.
 - ``_publisher_batching``: ``batching``, default batching vs ``max_messages=1`` (target 10),
   into a ``workers=2`` group; ``batching/thread``, the same into one thread member.
