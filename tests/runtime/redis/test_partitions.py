@@ -9,12 +9,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from support.reliability import wait_until
 
 from runtime import Bus, TopicSettings
 from runtime.errors import InvalidSettingsError
@@ -23,15 +24,7 @@ from runtime.redis._keys import TopicKeys, partition_of
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _wait_for(check: Any, timeout: float = 30.0) -> bool:
-    """Poll ``check()`` (a Redis read) until true or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        pause.wait(0.02)
-    return bool(check())
+_wait_for = partial(wait_until, timeout=30.0)  # a Redis read polled until true
 
 
 def _topic_keys(client: redis.Redis, topic: str) -> list[bytes]:

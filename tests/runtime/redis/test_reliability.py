@@ -19,19 +19,6 @@ from runtime import Bus, Nack
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _wait_for(check: Any, timeout: float = 20.0) -> bool:
-    """Poll ``check()`` (a Redis read) until true or ``timeout`` passes."""
-    import threading
-    import time
-
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        pause.wait(0.02)
-    return bool(check())
-
 
 def test_worker_processes_share_a_group_and_handle_each_message_once(
         redis_url: str, topic_name: str) -> None:
