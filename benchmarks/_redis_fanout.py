@@ -26,19 +26,14 @@ from runtime import Bus
 from ._cpu_scaling import fanout_messages, publish_each, speedups, spin_delivery, stdlib_sides
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave
-from ._redis_pipeline import TIMEOUT, redis_url
+from ._redis_pipeline import redis_url, run_ours
 
 __all__ = ["SCENARIOS"]
 
 
 def _through_publisher(topic: Any, publisher: Any, messages: list[bytes]) -> float:
     start = time.perf_counter()
-    publish = publisher.publish
-    for message in messages:
-        publish(message)
-    publisher.flush(TIMEOUT)
-    if not topic.join(TIMEOUT):
-        raise RuntimeError(f"{topic.name}: messages still pending")
+    run_ours(topic, publisher, messages)
     return time.perf_counter() - start
 
 

@@ -24,25 +24,12 @@ from runtime import Bus
 from ._cpu_scaling import iterations_per_task, spin_delivery
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave, payloads, per_second
-from ._redis_pipeline import TIMEOUT, redis_url
+from ._redis_pipeline import redis_url, run_ours
 
 __all__ = ["SCENARIOS"]
 
 _KEYS = 64
 _HANDLER_SECONDS = 200e-6
-
-
-def _run(topic: Any, publisher: Any, messages: list[bytes]) -> None:
-    before = topic.stats().delivered
-    publish = publisher.publish
-    for number, message in enumerate(messages):
-        publish(message, ordering_key=f"key-{number % _KEYS}")
-    publisher.flush(TIMEOUT)
-    if not topic.join(TIMEOUT):
-        raise RuntimeError(f"{topic.name}: still pending after {TIMEOUT} s")
-    delivered = topic.stats().delivered - before
-    if delivered != len(messages):
-        raise RuntimeError(f"{topic.name}: {delivered} of {len(messages)} messages were acked")
 
 
 def measure(profile: Profile) -> tuple[Comparison, ...]:
@@ -60,7 +47,7 @@ def measure(profile: Profile) -> tuple[Comparison, ...]:
             topic.subscribe(handler, group="workers", workers=workers, auto_ack=True)
             topics.append(topic)
             sides[side] = partial(per_second, count,
-                                  partial(_run, topic, topic.publisher(), messages))
+                                  partial(run_ours, topic, topic.publisher(), messages, _KEYS))
         try:
             medians = interleave(sides, repeats=profile.repeats)
         finally:

@@ -37,7 +37,7 @@ from runtime import Bus, Delivery
 from ._harness import Comparison, Profile, Scenario, Skip
 from ._measure import interleave, payloads, per_second
 
-__all__ = ["SCENARIOS"]
+__all__ = ["SCENARIOS", "TIMEOUT", "redis_url", "run_ours"]
 
 TIMEOUT = 120.0
 _BATCH = 100
@@ -96,11 +96,21 @@ def ignore(delivery: Delivery[Any]) -> None:
     """The workers' handler: nothing (``auto_ack`` acks on return)."""
 
 
-def _run_ours(topic: Any, publisher: Any, messages: list[bytes]) -> None:
+def run_ours(topic: Any, publisher: Any, messages: list[bytes], keys: int = 0) -> None:
+    """Publish ``messages`` (over ``keys`` ordering keys, or none), flush, and wait until
+    every one is acked.
+
+    Raises:
+        RuntimeError: messages are still pending after `TIMEOUT`, or not all were acked.
+    """
     before = topic.stats().delivered
     publish = publisher.publish
-    for message in messages:
-        publish(message)
+    if keys:
+        for number, message in enumerate(messages):
+            publish(message, ordering_key=f"key-{number % keys}")
+    else:
+        for message in messages:
+            publish(message)
     publisher.flush(TIMEOUT)
     if not topic.join(TIMEOUT):
         raise RuntimeError(f"{topic.name}: still pending after {TIMEOUT} s")
@@ -270,7 +280,7 @@ def measure(profile: Profile) -> tuple[Comparison, ...]:
                 topic.subscribe(ignore, group="workers", workers=2, auto_ack=True)
                 publisher = topic.publisher()
                 sides = {
-                    "ours": lambda: per_second(count, partial(_run_ours, topic, publisher,
+                    "ours": lambda: per_second(count, partial(run_ours, topic, publisher,
                                                               messages)),
                     "raw": lambda: per_second(count, partial(raw.run, messages)),
                 }
