@@ -61,7 +61,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         description="Run actorbus next to its baselines, in the same run, and compare.")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes on 2 cores)")
+    size.add_argument("--quick", action="store_true", help="smaller sizes (about 9 minutes on 2 cores)")
     size.add_argument("--smoke", action="store_true",
                       help="tiny sizes: checks that every scenario runs; figures mean little")
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", default=[],

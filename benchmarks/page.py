@@ -179,7 +179,7 @@ logarithmic; the dashed line is the baseline's own speed.
 - **Collector.** A full garbage collection runs before every round, so one side does not pay
   for the other's garbage; during a round the collector stays on, as in an application.
 - **Profiles.** `full` (9 rounds per side, full sizes), `--quick` (7 rounds, a quarter of the
-  sizes, about 3 minutes on 2 cores) and `--smoke` (tiny sizes: checks that every scenario
+  sizes, about 9 minutes on 2 cores) and `--smoke` (tiny sizes: checks that every scenario
   runs; its figures mean little). Quick runs are noisier than full ones.
 - **Skips and failures.** A scenario that cannot run here (no Java, no pyspark) is a row with
   the reason; one that fails is a row with the error. Neither stops the run.
