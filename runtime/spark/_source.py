@@ -47,6 +47,7 @@ from runtime.spark._options import SourceOptions
 
 __all__ = [
     "ActorbusStreamReader", "DataLossError", "OffsetRange", "fetch_range", "lease_of_offset",
+    "read_limit", "rows_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,16 @@ AVAILABLE_NOW_PATIENCE = 10.0
 # write) while the rest of the range is still being read.
 SLICE_ROWS = 20_000
 
+
+
+def read_limit(max_messages: int | None) -> ReadLimit:
+    """Spark's admission control for ``max_messages_per_batch`` (None: all available)."""
+    return ReadMaxRows(max_messages) if max_messages else ReadAllAvailable()
+
+
+def rows_of(limit: ReadLimit) -> int | None:
+    """The rows ``limit`` admits into one batch, or None for no bound."""
+    return limit.max_rows if isinstance(limit, ReadMaxRows) else None
 
 class DataLossError(RuntimeError):
     """The checkpoint names offsets the broker can no longer serve."""
@@ -137,8 +148,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``max_messages_per_batch`` as Spark's admission control."""
-        limit = self.options.max_messages_per_batch
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        return read_limit(self.options.max_messages_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """End this run at what waits when its first batch is planned (nothing leased now)."""
@@ -263,7 +273,7 @@ class ActorbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return int(where["end"]) + int(where["waiting"])
 
     def _rows(self, limit: ReadLimit) -> int | None:
-        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        rows = rows_of(limit)
         cap = self.options.max_messages_per_batch
         return min(rows, cap) if rows and cap else rows or cap
 

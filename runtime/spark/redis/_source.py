@@ -34,9 +34,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
     ReadLimit,
-    ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -45,6 +43,7 @@ from runtime.core._settings import TopicSettings
 from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.spark._options import RedisSourceOptions
+from runtime.spark._source import read_limit, rows_of
 from runtime.spark.redis._rows import Limits, held_batch
 
 __all__ = ["HeldRange", "RedisStreamReader", "ack_through", "redis_offset_name"]
@@ -130,8 +129,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``max_messages_per_batch`` as Spark's admission control."""
-        limit = self.options.max_messages_per_batch
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        return read_limit(self.options.max_messages_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """End this run at what the partitions hold when its first batch is planned."""
@@ -202,7 +200,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _rows(self, limit: ReadLimit, partitions: int) -> int:
         """Entries each partition may add: the limit spread over the partitions."""
-        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        rows = rows_of(limit)
         cap = self.options.max_messages_per_batch
         total = min(rows, cap) if rows and cap else rows or cap
         return UNLIMITED_ROWS if total is None else max(1, math.ceil(total / partitions))
