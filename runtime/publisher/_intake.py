@@ -4,7 +4,16 @@ A message is accepted in a run of messages: consecutive ``publish`` calls alike
 (`Intake.put` appends each to the run before it), or all of a ``publish_many``. The run
 is the one shape of accepted messages in the Publisher (`Accepted`), from the intake
 into batches, which keep the slice of it they hold (`Slice`): no object per message but
-its data and its future. `Bulk` is the one future of a ``publish_many``.
+its data and a weak reference to its future. `Bulk` is the one future of a
+``publish_many``.
+
+The Publisher holds each ``publish`` future weakly (`PublishFuture`). Nobody can learn
+the outcome of a future nobody holds: one its caller dropped is freed at once, young,
+and never resolved, so a fire-and-forget publisher costs neither the resolution nor the
+garbage collector's work of carrying every future until its batch is confirmed. A done
+callback is a holder too: adding one makes the Publisher keep the future until it is
+done. ``python -m benchmarks --only pipeline_pool`` measures both sides (``/kept``
+keeps every future).
 """
 
 from __future__ import annotations
@@ -12,13 +21,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from typing import Any
+from weakref import ReferenceType, ref
 
 from runtime.core._future import MessageFuture
 from runtime.errors import PublishError, WouldBlock
 from runtime.publisher._flow_control import FlowGate
 
 __all__ = [
-    "MAX_QUEUED", "Accepted", "Bulk", "Intake", "Sink", "Slice", "fail_slice", "resolve_slice",
+    "MAX_QUEUED", "Accepted", "Bulk", "Intake", "PublishFuture", "Sink", "Slice", "fail_slice",
+    "resolve_slice",
 ]
 
 # The most messages the intake holds for the actor: a publisher that finds it full waits
@@ -30,6 +42,27 @@ MAX_QUEUED = 1024
 # Each slice of the wait for room: how soon a closed gate is noticed.
 _ROOM_SLICE = 0.1
 
+
+
+class PublishFuture(MessageFuture[str]):
+    """The future of one ``publish`` (its message id), held weakly by its Publisher.
+
+    Attributes:
+        kept: where a future with a done callback is kept until it is done, so the
+            callback runs even when its caller dropped the future (its Publisher's
+            `Intake.kept`, set when the Publisher makes it; None: not kept). The future
+            leaves ``kept`` when it is done.
+    """
+
+    kept: set[Future[Any]] | None = None
+
+    def add_done_callback(self, fn: Callable[[Future[str]], object]) -> None:
+        """`Future.add_done_callback`; the future is kept until it is done."""
+        kept = self.kept
+        if kept is not None and not self.done() and self not in kept:
+            kept.add(self)
+            super().add_done_callback(kept.discard)
+        super().add_done_callback(fn)
 
 
 class Bulk:
@@ -79,9 +112,9 @@ def _settle_once(settle: Callable[[], None]) -> None:
         pass
 
 
-# Where the ids of a run go: the futures of its ``publish`` calls (one per message), or a
-# ``publish_many``'s `Bulk`.
-Sink = list[Future[str]] | Bulk
+# Where the ids of a run go: weak references to the futures of its ``publish`` calls (one
+# per message), or a ``publish_many``'s `Bulk`.
+Sink = list[ReferenceType[Future[str]]] | Bulk
 # Messages accepted together, all with the same attributes (a private copy, or the one
 # shared empty mapping) and ordering key (None: none): their data, that attributes and
 # key, their sink, the index of the first of them in the sink's call (or list), and each
@@ -94,18 +127,15 @@ Slice = tuple[Sink, int, int]
 
 def resolve_slice(sink: Sink, first: int, ids: Sequence[str]) -> None:
     """The messages of a slice, from ``first`` on, are confirmed with ``ids``; a future
-    its holder cancelled is skipped."""
+    nobody holds any more, or one its holder cancelled, is skipped."""
     if isinstance(sink, Bulk):
         sink.resolve(first, ids)
         return
-    futures = sink if first == 0 and len(ids) == len(sink) else sink[first:first + len(ids)]
-    try:  # publish futures are never cancelled: each is resolved here, once
-        for future, message_id in zip(futures, ids, strict=True):
+    refs = sink if first == 0 and len(ids) == len(sink) else sink[first:first + len(ids)]
+    for future_ref, message_id in zip(refs, ids, strict=True):
+        future = future_ref()
+        if future is not None and not future.done():  # resolved here only, once
             future.set_result(message_id)
-    except InvalidStateError:  # a plain Future a caller cancelled: skip it alone
-        for future, message_id in zip(futures, ids, strict=True):
-            if not future.done():
-                future.set_result(message_id)
 
 
 def fail_slice(sink: Sink, first: int, count: int, error: BaseException) -> None:
@@ -113,7 +143,10 @@ def fail_slice(sink: Sink, first: int, count: int, error: BaseException) -> None
     if isinstance(sink, Bulk):
         sink.fail(count, error)
         return
-    for future in sink[first:first + count]:
+    for future_ref in sink[first:first + count]:
+        future = future_ref()
+        if future is None:  # nobody holds it
+            continue
         try:
             future.set_exception(error)
         except InvalidStateError:
@@ -142,8 +175,8 @@ class Intake:
         ordering: whether the Publisher gives ordering keys lanes of their own.
     """
 
-    __slots__ = ("_armed", "_count", "_gate", "_open", "_runs", "_taken", "full", "ordering",
-                 "sealed")
+    __slots__ = ("_armed", "_count", "_gate", "_open", "_runs", "_taken", "full", "kept",
+                 "ordering", "sealed")
 
     def __init__(self, gate: FlowGate, *, ordering: bool = False) -> None:
         self._gate = gate
@@ -159,6 +192,8 @@ class Intake:
         self.sealed = False
         # True while `MAX_QUEUED` messages wait for the actor (and it still takes).
         self.full = False
+        # `PublishFuture`s with done callbacks, kept until done (set operations are atomic).
+        self.kept: set[Future[Any]] = set()
 
     def put(
         self, data: bytes, attributes: dict[str, str], key: str | None, future: Future[str],
@@ -182,10 +217,10 @@ class Intake:
             run = self._open.get(key)
             if run is not None and run[1] is attributes:
                 run[0].append(data)
-                run[3].append(future)  # type: ignore[union-attr]
+                run[3].append(ref(future))  # type: ignore[union-attr]
                 run[5].append(size)
             else:
-                run = ([data], attributes, key, [future], 0, [size])
+                run = ([data], attributes, key, [ref(future)], 0, [size])
                 self._runs.append(run)
                 if not self.ordering:
                     self._open.clear()

@@ -16,16 +16,24 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
+from weakref import ref
 
 from actors import ActorSystem
-from runtime.core._future import MessageFuture
 from runtime.core._message import NO_ATTRIBUTES, Message
 from runtime.errors import OrderingKeyPausedError, PublishError, WouldBlock
 from runtime.publisher._actor import BatchTopic, Drain, Flush, PublisherActor, Resume, SendNow, SetOptions
 from runtime.publisher._batching import BatchSettings
 from runtime.publisher._flow_control import FlowControl, FlowGate
 from runtime.publisher._flush import wait_flushed
-from runtime.publisher._intake import MAX_QUEUED, Accepted, Bulk, Intake, Sink, fail_slice
+from runtime.publisher._intake import (
+    MAX_QUEUED,
+    Accepted,
+    Bulk,
+    Intake,
+    PublishFuture,
+    Sink,
+    fail_slice,
+)
 from runtime.publisher._validation import (
     MAX_MESSAGE_SIZE,
     as_bytes,
@@ -147,7 +155,8 @@ class Publisher:
             OrderingKeyPausedError: code 9, the key is paused.
             FlowControlError: code 8, flow-control limits exceeded.
         """
-        future: Future[str] = MessageFuture()  # new: never one handed out before
+        future = PublishFuture()  # new: never one handed out before
+        future.kept = self._intake.kept
         if data.__class__ is not bytes:
             data = as_bytes(data)
         size = len(data)
@@ -164,7 +173,7 @@ class Publisher:
             if self._intake.put(data, checked, key, future, size):
                 self._tell(DRAIN)
         except WouldBlock:
-            self._submit(([data], checked, key, [future], 0, [size]))
+            self._submit(([data], checked, key, [ref(future)], 0, [size]))
         return future
 
     def publish_message(self, message: Message) -> Future[str]:
