@@ -22,6 +22,10 @@ logger = logging.getLogger("runtime")
 BLOCK = 0.1
 """Seconds a member's read waits for new entries: how long a stop may take to be seen."""
 _BACKOFF = 0.5  # seconds between reads while Redis does not answer
+READ_WORK = 0.004
+"""Seconds of handler time a member reads at once, once it knows its handler's time (at
+most ``prefetch`` deliveries): a slow handler reads few, so competing members share the
+end of a backlog instead of one running a large last read while the others wait."""
 
 
 class Reader(Protocol):
@@ -55,6 +59,14 @@ def run_handler(handler: Callable[[Any], Any], delivery: RedisDelivery[Any], aut
         delivery.ack()
 
 
+def read_count(prefetch: int, cost: float) -> int:
+    """How many deliveries to read next: about `READ_WORK` of handler time at ``cost``
+    seconds each (the last batch's mean), between 1 and ``prefetch``."""
+    if cost <= READ_WORK / prefetch:
+        return prefetch
+    return max(1, int(READ_WORK / cost))
+
+
 class MemberLoop:
     """Reads ``reader`` and runs ``handler`` on each delivery until ``stopping`` is set.
 
@@ -66,7 +78,7 @@ class MemberLoop:
         handler: the subscriber's handler.
         auto_ack: ack on a normal return.
         topic: the topic's name (for logs).
-        prefetch: deliveries read at once.
+        prefetch: the most deliveries read at once (fewer for a slow handler: `read_count`).
         stopping: set to stop; a batch read but not started is left for the owner to
             hand back.
         running: told each delivery's stream entry (`message_id_of` its partition and entry
@@ -87,9 +99,11 @@ class MemberLoop:
     def run(self) -> None:
         """The loop; returns once stopping is set (after the handler running then)."""
         reader, stopping, running = self._reader, self._stopping, self._running
+        count = self._prefetch
         while not stopping.is_set():
             try:
-                deliveries = reader.read(self._prefetch, BLOCK)
+                deliveries = reader.read(count, BLOCK)
+                began = time.monotonic()
                 for delivery in deliveries:
                     if stopping.is_set():
                         break
@@ -101,6 +115,8 @@ class MemberLoop:
                     if running is not None:
                         running("")
                     reader.flush(due_only=True)
+                if deliveries:
+                    count = read_count(self._prefetch, (time.monotonic() - began) / len(deliveries))
             except BackendUnavailableError as exc:
                 logger.warning("topic %s: member waits for Redis: %s", self._topic, exc)
                 stopping.wait(_BACKOFF)

@@ -22,6 +22,7 @@ from runtime.errors import (
     WouldBlock,
 )
 from runtime.redis._keys import TopicKeys
+from runtime.redis._member import READ_WORK, MemberLoop, read_count
 
 
 def test_messages_waiting_in_a_group_survive_the_bus_that_published_them(
@@ -556,3 +557,51 @@ def test_a_reader_of_every_partition_is_a_destination_of_each_publish(
     assert (topic.stats().pending, topic.stats().delivered) == (0, 6)
     reader.unsubscribe()
     topic.destroy()
+
+
+@pytest.mark.parametrize(("prefetch", "cost", "count"), [
+    (100, 0.0, 100), (100, 20e-6, 100), (100, 200e-6, 20), (100, 0.5, 1), (10, 200e-6, 10),
+])
+def test_a_member_reads_about_read_work_of_its_handler_time(
+        prefetch: int, cost: float, count: int) -> None:
+    assert READ_WORK == 0.004
+    assert read_count(prefetch, cost) == count
+
+
+class _CountingReader:
+    """A reader that hands out as many plain deliveries as asked, and records each ask."""
+
+    def __init__(self, stopping: threading.Event, reads: int) -> None:
+        self.asked: list[int] = []
+        self._stopping, self._reads = stopping, reads
+
+    def read(self, count: int, block: float | None) -> list[Any]:
+        self.asked.append(count)
+        if len(self.asked) == self._reads:
+            self._stopping.set()
+        return [_Plain() for _ in range(count)]
+
+    def expired(self, delivery: Any) -> bool:
+        return False
+
+    def flush(self, *, due_only: bool = False) -> None:
+        pass
+
+
+class _Plain:
+    pending = False
+
+
+def test_a_member_with_a_slow_handler_reads_few_deliveries_at_a_time() -> None:
+    stopping = threading.Event()
+    reader = _CountingReader(stopping, reads=4)
+    pause = threading.Event()
+
+    def slow(_: Any) -> None:  # at least 2 ms a delivery
+        pause.wait(0.002)  # sleep-ok: the handler's work is its time
+
+    MemberLoop(reader, slow, auto_ack=False, topic="t", prefetch=50, stopping=stopping).run()
+
+    assert reader.asked[0] == 50  # the handler's time is not known yet
+    assert all(1 <= count <= 2 for count in reader.asked[1:])  # 4 ms of work at >= 2 ms each
+    assert len(reader.asked) == 4
