@@ -312,9 +312,10 @@ class RedisTopic(Generic[T]):
 
     def held_by(self) -> str | None:
         """``max_pending`` when a publish would wait for it now (in a partition: each one
-        bounds its own pending messages), else None."""
+        bounds its own pending messages), else None. Groups and broadcast readers alike
+        hold messages pending."""
         limit = self._settings.max_pending
-        if limit is None or not self.groups():
+        if limit is None:
             return None
         pending = [int(value or 0) for value in
                    self._each("hget", lambda part: part.stats, "pending")]

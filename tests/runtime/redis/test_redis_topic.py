@@ -160,6 +160,22 @@ def test_max_pending_holds_publishers_until_a_slot_frees(redis_bus: Bus, topic_n
     topic.destroy()
 
 
+def test_held_by_names_max_pending_reached_by_a_broadcast_reader_alone(
+        redis_bus: Bus, topic_name: str) -> None:
+    topic = redis_bus.create_topic(topic_name, backend="redis", max_pending=2)
+    reader = topic.subscription()  # a broadcast reader, no group
+    topic.publish(1)
+    topic.publish(2)
+
+    with pytest.raises(WouldBlock):
+        topic.publish(3, timeout=0.2)
+    assert topic.held_by() == f"topic {topic_name!r}: max_pending (2/2)"
+    reader.receive(timeout=10).ack()
+    assert topic.held_by() is None
+    reader.unsubscribe()
+    topic.destroy()
+
+
 def test_undecodable_body_is_dead_lettered_error_and_nothing_runs(
         redis_bus: Bus, topic_name: str) -> None:
     topic = redis_bus.create_topic(topic_name, backend="redis")
