@@ -12,6 +12,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,16 +129,32 @@ _HOST = textwrap.dedent("""
 """)
 
 
-def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # noqa: F811
+@contextmanager
+def _bus_host(script: str, env: dict[str, str] | None = None,
+              ) -> Iterator[tuple[subprocess.Popen[str], list[int], list[psutil.Process]]]:
+    """A process running ``script`` (which prints its worker pids as a JSON line, then
+    waits): yields it, those pids and its descendants; kills what is left on exit."""
     host = subprocess.Popen(
-        [sys.executable, "-c", _HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env=env,
     )
     descendants: list[psutil.Process] = []
     try:
         assert host.stdout is not None
         workers = json.loads(host.stdout.readline())
         descendants = psutil.Process(host.pid).children(recursive=True)
+        yield host, workers, descendants
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+        for proc in descendants:
+            if proc.is_running():
+                proc.kill()
 
+
+def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # noqa: F811
+    with _bus_host(_HOST) as (host, workers, descendants):
         killed_at = time.monotonic()
         os.kill(host.pid, signal.SIGKILL)
         host.wait(timeout=10)
@@ -148,13 +166,6 @@ def test_killed_bus_host_leaves_no_descendant_alive(figures: Any) -> None:  # no
         assert len(workers) == 4
         assert set(workers) <= {p.pid for p in descendants}
         assert alive == [], [(p.pid, p.name()) for p in alive]
-    finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(timeout=10)
-        for proc in descendants:
-            if proc.is_running():
-                proc.kill()
 
 
 _QUIET_HOST = textwrap.dedent("""
@@ -174,16 +185,7 @@ _QUIET_HOST = textwrap.dedent("""
 
 def test_killed_bus_host_leaves_no_progress_file_behind(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    host = subprocess.Popen(
-        [sys.executable, "-c", _QUIET_HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True, env=env,
-    )
-    descendants: list[psutil.Process] = []
-    try:
-        assert host.stdout is not None
-        workers = json.loads(host.stdout.readline())
-        descendants = psutil.Process(host.pid).children(recursive=True)
-
+    with _bus_host(_QUIET_HOST, env) as (host, workers, descendants):
         os.kill(host.pid, signal.SIGKILL)
         host.wait(timeout=10)
         alive = running_after(descendants, timeout=10.0)
@@ -191,13 +193,6 @@ def test_killed_bus_host_leaves_no_progress_file_behind(tmp_path: Path) -> None:
         assert len(workers) == 2
         assert alive == [], [(p.pid, p.name()) for p in alive]
         assert sorted(p.name for p in tmp_path.rglob("actorbus-progress-*")) == []
-    finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(timeout=10)
-        for proc in descendants:
-            if proc.is_running():
-                proc.kill()
 
 
 # -- 3. A handler that hangs for ever -------------------------------------------------------------
