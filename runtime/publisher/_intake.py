@@ -49,9 +49,8 @@ class PublishFuture(MessageFuture[str]):
 
     Attributes:
         kept: where a future with a done callback is kept until it is done, so the
-            callback runs even when its caller dropped the future (its Publisher's
-            `Intake.kept`, set when the Publisher makes it; None: not kept). The future
-            leaves ``kept`` when it is done.
+            callback runs even when its caller dropped the future (`Intake.kept`, set by
+            `Intake.put`; None: not kept). The future leaves ``kept`` when it is done.
     """
 
     kept: set[Future[Any]] | None = None
@@ -127,14 +126,15 @@ Slice = tuple[Sink, int, int]
 
 def resolve_slice(sink: Sink, first: int, ids: Sequence[str]) -> None:
     """The messages of a slice, from ``first`` on, are confirmed with ``ids``; a future
-    nobody holds any more, or one its holder cancelled, is skipped."""
+    nobody holds any more is skipped. Each is resolved here only, once (a `PublishFuture`
+    cannot be cancelled)."""
     if isinstance(sink, Bulk):
         sink.resolve(first, ids)
         return
     refs = sink if first == 0 and len(ids) == len(sink) else sink[first:first + len(ids)]
     for future_ref, message_id in zip(refs, ids, strict=True):
         future = future_ref()
-        if future is not None and not future.done():  # resolved here only, once
+        if future is not None:
             future.set_result(message_id)
 
 
@@ -196,17 +196,20 @@ class Intake:
         self.kept: set[Future[Any]] = set()
 
     def put(
-        self, data: bytes, attributes: dict[str, str], key: str | None, future: Future[str],
+        self, data: bytes, attributes: dict[str, str], key: str | None, future: PublishFuture,
         size: int,
     ) -> bool:
         """Admit one publish and append it, unless it would have to wait; True when the
-        caller must tell the actor to drain. Takes the gate's lock.
+        caller must tell the actor to drain. Takes the gate's lock. The intake holds
+        ``future`` weakly and keeps it (in `kept`) once it has a done callback, whether
+        or not this call admits it.
 
         Raises:
             WouldBlock: flow control or a full intake would make it wait (nothing was
                 admitted): the caller admits it by `FlowGate.acquire` instead.
             BaseException: the gate's error once closed; `PublishError` code 9 once sealed.
         """
+        future.kept = self.kept
         gate = self._gate
         with gate.lock:
             if self.full or not gate.admit_one(size):

@@ -156,7 +156,6 @@ class Publisher:
             FlowControlError: code 8, flow-control limits exceeded.
         """
         future = PublishFuture()  # new: never one handed out before
-        future.kept = self._intake.kept
         if data.__class__ is not bytes:
             data = as_bytes(data)
         size = len(data)

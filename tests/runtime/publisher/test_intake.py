@@ -12,7 +12,7 @@ from support.publisher import FakeTopic, batching
 from actors import ActorSystem
 from runtime.errors import PublishError, WouldBlock
 from runtime.publisher._flow_control import FlowControl, FlowGate
-from runtime.publisher._intake import MAX_QUEUED, Bulk, Intake
+from runtime.publisher._intake import MAX_QUEUED, Bulk, Intake, PublishFuture
 from runtime.publisher._publisher import Publisher
 
 
@@ -23,7 +23,7 @@ def _intake() -> Intake:
 def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None:
     intake = _intake()
     shared: dict[str, str] = {}
-    futures: list[Future[str]] = [Future() for _ in range(5)]
+    futures: list[PublishFuture] = [PublishFuture() for _ in range(5)]
     keys = [None, "k", "k", "k", None]
     for n, key in enumerate(keys):
         intake.put(b"x" * (n + 1), shared, key, futures[n], n + 1)
@@ -31,7 +31,7 @@ def test_intake_gathers_consecutive_publishes_alike_into_runs_in_order() -> None
     assert intake.queued() == 5
     with intake._gate.lock:
         taken = intake.take()
-    intake.put(b"late", shared, None, Future(), 4)
+    intake.put(b"late", shared, None, PublishFuture(), 4)
 
     # The intake holds each future weakly: dereferenced, they are the very futures.
     assert [(run[0], run[1], run[2], [held() for held in run[3]], run[4], run[5])
@@ -51,7 +51,7 @@ def test_interleaved_keys_gather_into_one_run_per_key_only_with_ordering(orderin
     intake = Intake(FlowGate(FlowControl()), ordering=ordering)
     shared: dict[str, str] = {}
     for n, key in enumerate(["a", "b", "a", "b", None, "a"]):
-        intake.put(b"%d" % n, shared, key, Future(), 1)
+        intake.put(b"%d" % n, shared, key, PublishFuture(), 1)
 
     with intake._gate.lock:
         runs = [(run[2], run[0]) for run in intake.take()]
@@ -66,11 +66,11 @@ def test_interleaved_keys_gather_into_one_run_per_key_only_with_ordering(orderin
 def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
     intake = _intake()
     bulk = Bulk(2)
-    intake.put(b"a", {"n": "1"}, None, Future(), 2)
-    intake.put(b"b", {"n": "1"}, None, Future(), 2)  # an equal, other copy
+    intake.put(b"a", {"n": "1"}, None, PublishFuture(), 2)
+    intake.put(b"b", {"n": "1"}, None, PublishFuture(), 2)  # an equal, other copy
     with intake._gate.lock:
         intake.add(([b"c", b"d"], {}, None, bulk, 0, [1, 1]))
-    intake.put(b"e", {}, None, Future(), 1)  # never appended to a bulk run
+    intake.put(b"e", {}, None, PublishFuture(), 1)  # never appended to a bulk run
 
     with intake._gate.lock:
         runs = intake.take()
@@ -81,23 +81,23 @@ def test_publishes_with_their_own_attributes_and_bulk_runs_stay_apart() -> None:
 
 def test_a_sealed_intake_gives_what_it_held_and_refuses_more() -> None:
     intake = _intake()
-    intake.put(b"held", {}, None, Future(), 4)
+    intake.put(b"held", {}, None, PublishFuture(), 4)
 
     with intake._gate.lock:
         held = intake.seal()
 
     assert [item[0] for item in held] == [[b"held"]] and intake.sealed
     with pytest.raises(PublishError, match="Publisher is closed"):
-        intake.put(b"late", {}, None, Future(), 4)
+        intake.put(b"late", {}, None, PublishFuture(), 4)
     assert intake._gate.outstanding == (1, 4)  # the refused one was given back
 
 
 def test_a_publish_that_would_wait_is_refused_untouched() -> None:
     intake = Intake(FlowGate(FlowControl(max_outstanding_messages=1)))
-    assert intake.put(b"a", {}, None, Future(), 1) is True
+    assert intake.put(b"a", {}, None, PublishFuture(), 1) is True
 
     with pytest.raises(WouldBlock):
-        intake.put(b"b", {}, None, Future(), 1)
+        intake.put(b"b", {}, None, PublishFuture(), 1)
 
     assert intake.queued() == 1 and intake._gate.outstanding == (1, 1)
 
@@ -163,7 +163,7 @@ def test_concurrent_unlimited_publishers_lose_nothing_and_keep_order(
 
 def test_close_racing_unlimited_publishers_settles_every_future(system: ActorSystem) -> None:
     topic = FakeTopic()
-    futures: list[Future[str]] = []
+    futures: list[PublishFuture] = []
     errors: list[PublishError] = []
     started = threading.Barrier(4)
     pub = Publisher(topic, system=system, batching=batching(max_messages=50))
@@ -223,12 +223,12 @@ def test_the_actor_is_told_once_per_drain_not_once_per_message() -> None:
     intake = _intake()
     shared: dict[str, str] = {}
 
-    told = [intake.put(b"x", shared, None, Future(), 1) for _ in range(3)]
+    told = [intake.put(b"x", shared, None, PublishFuture(), 1) for _ in range(3)]
 
     assert told == [True, False, False]
     with intake._gate.lock:
         assert len(intake.take()[0][0]) == 3  # one run of three
-    assert intake.put(b"x", shared, None, Future(), 1) is True  # the next one rings again
+    assert intake.put(b"x", shared, None, PublishFuture(), 1) is True  # the next one rings again
 
 
 def test_a_publisher_waits_for_the_actor_once_the_intake_is_full(system: ActorSystem) -> None:
