@@ -557,41 +557,45 @@ return count
 
 STREAM_END = """
 local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
-if info.err then return {'0-0'} end  -- no stream yet: nothing was published
+if info.err then return {'0-0', 0} end  -- no stream yet: nothing was published
+local last, added = '0-0', 0
 for i = 1, #info, 2 do
-  if info[i] == 'last-generated-id' then return {info[i + 1]} end
+  if info[i] == 'last-generated-id' then last = info[i + 1] end
+  if info[i] == 'entries-added' then added = info[i + 1] end
 end
-return {'0-0'}
+return {last, added}
 """
 
 TAKE_RANGE = """
 local stream = KEYS[1]
-local group, consumer, after, rows, upto = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local group, consumer, after, rows = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+-- `upto`: the last id to take ('' for no bound); `added`: the stream's entries-added
+-- when it was the last id (see STREAM_END).
+local upto, added = ARGV[5], tonumber(ARGV[6])
 local chunk = 1000
 -- Entries this consumer already holds past `after` (taken by a run that stopped before
 -- its batch was committed) come first, in id order.
 local held = redis.call('XPENDING', stream, group, '(' .. after, '+', rows, consumer)
 local last, count = after, #held
 if count > 0 then last = held[count][1] end
-local function delivered_id()
+-- How many entries up to `upto` the group has not read yet: the entries added up to it
+-- less the group's read counter, when Redis knows that counter; else counted in the stream.
+local function unread(n)
+  local from, read = nil, nil
   for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local name, id = nil, nil
-    for i = 1, #info, 2 do
-      if info[i] == 'name' then name = info[i + 1] end
-      if info[i] == 'last-delivered-id' then id = info[i + 1] end
-    end
-    if name == group then return id end
+    local fields = {}
+    for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+    if fields['name'] == group then from, read = fields['last-delivered-id'], fields['entries-read'] end
   end
-  return nil
+  if not from then return 0 end
+  if type(read) == 'number' then return math.max(0, math.min(n, added - read)) end
+  return #redis.call('XRANGE', stream, '(' .. from, upto, 'COUNT', n)
 end
 local others = {}
 while count < rows do
   local n = math.min(rows - count, chunk)
   if upto ~= '' then
-    -- only what the stream held up to `upto`: count the group's undelivered entries first
-    local from = delivered_id()
-    if not from then break end
-    n = #redis.call('XRANGE', stream, '(' .. from, upto, 'COUNT', n)
+    n = unread(n)
     if n == 0 then break end
   end
   local got = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', stream, '>')

@@ -7,9 +7,9 @@ group, consumer]}``. A batch is, per partition, this consumer's pending entries 
 the start offset's id up to the end offset's. Where each call runs:
 
 - driver runner: ``latestOffset`` moves new entries into the consumer's pending list
-  (one script per partition, which answers only the last id and a count: no payload
-  reaches the driver), ``commit`` acks a committed batch through the settle script's
-  bookkeeping (outcomes, stats, the settled records);
+  (one script per partition, all sent together, each answering only the last id and a
+  count: no payload reaches the driver), ``commit`` acks a committed batch through the
+  settle script's bookkeeping (outcomes, stats, the settled records);
 - executors: ``read``, one task per topic partition, reads its range of pending entries
   and changes nothing, so a retried task, or the same batch planned again after a driver
   restart (Spark replays the batch from its offset log), reads the same entries;
@@ -112,7 +112,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = settings
         self._connection: Connection | None = None
         self._available_now = False
-        self._targets: list[str] | None = None
+        # Under availableNow: each partition's last id and entries-added when planned first.
+        self._targets: list[tuple[str, int]] | None = None
         self._name = redis_offset_name(options)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -141,18 +142,17 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = self._ids(start)
         self.ack(first)
         connection = self._connect()
+        streams = [TopicKeys.of(self.options.topic, p).stream for p in range(len(first))]
         if self._available_now and self._targets is None:
-            self._targets = [str(connection.run("STREAM_END", [TopicKeys.of(
-                self.options.topic, p).stream], [])[0].decode()) for p in range(len(first))]
+            self._targets = [(last.decode(), int(added)) for last, added in connection.pipelined(
+                "STREAM_END", [([stream], []) for stream in streams])]
         rows = self._rows(limit, len(first))
-        ends = []
-        for partition, after in enumerate(first):
-            upto = "" if self._targets is None else self._targets[partition]
-            last, _ = connection.run(
-                "TAKE_RANGE", [TopicKeys.of(self.options.topic, partition).stream],
-                [self.options.group, self.options.consumer, after, rows, upto])
-            ends.append(last.decode() if isinstance(last, bytes) else str(last))
-        return self._offset(ends)
+        targets = self._targets or [("", 0)] * len(first)
+        taken = connection.pipelined("TAKE_RANGE", [
+            ([stream], [self.options.group, self.options.consumer, after, rows, upto, added])
+            for stream, after, (upto, added) in zip(streams, first, targets, strict=True)])
+        return self._offset([last.decode() if isinstance(last, bytes) else str(last)
+                             for last, _ in taken])
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One read task per topic partition whose range is not empty.

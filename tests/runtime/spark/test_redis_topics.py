@@ -300,3 +300,47 @@ def test_each_topic_partition_is_one_spark_partition(
     assert sorted(m.data for m in drain(sink)) == sorted(p.upper() for p in payloads)
     assert wait_until(lambda: source.stats().pending == 0, timeout=30)
     assert source.stats().delivered == 40
+
+
+@pytest.mark.parametrize("counter", ["kept", "lost"])
+def test_available_now_ends_at_what_the_stream_held_when_it_began(
+    redis_server: RedisServer, topics: Any, counter: str
+) -> None:
+    """Planning alone (no Spark session): the batches of an ``availableNow`` run reach
+    exactly the last entry published before the run began, whether Redis still knows the
+    group's read counter or lost it (``entries-read`` nil, as after ``XGROUP SETID``)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+    from pyspark.sql.types import StructType
+
+    from runtime.spark._options import RedisSourceOptions
+    from runtime.spark.redis._source import RedisStreamReader
+
+    source, _ = topics()
+    publish_all(source, [f"m{n}".encode() for n in range(30)])
+    options = RedisSourceOptions.parse(
+        {"redis": redis_server.url, "topic": source.name, "group": "spark"})
+    connection = options.connect()
+    reader = RedisStreamReader(options, StructType(), options.check(connection, "spark"))
+    client = redis.Redis.from_url(redis_server.url)
+    stream = TopicKeys.of(source.name).stream
+    try:
+        ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
+        reader.prepareForTriggerAvailableNow()
+        ends = [reader.latestOffset(reader.initialOffset(), ReadMaxRows(12))["ids"][0]]
+        publish_all(source, [f"late{n}".encode() for n in range(20)])  # after the run began
+        if counter == "lost":
+            client.xgroup_setid(stream, "spark", ends[0])
+            (group,) = client.xinfo_groups(stream)
+            assert group["entries-read"] is None
+        while len(ends) < 5:
+            ends.append(reader.latestOffset(reader._offset([ends[-1]]), ReadMaxRows(12))["ids"][0])
+        (group,) = client.xinfo_groups(stream)
+        held = client.xpending(stream, "spark")["pending"]
+    finally:
+        reader.stop()
+        connection.close()
+        client.close()
+    # 12 + 12 + 6, then nothing more: the run ends at the 30th entry, and each call acked
+    # the batch before it
+    assert ends == [ids[11], ids[23], ids[29], ids[29], ids[29]]
+    assert (group["last-delivered-id"].decode(), held) == (ids[29], 0)
