@@ -146,6 +146,29 @@ class Connection:
             for name in scripts:
                 self.client.script_load(getattr(_scripts, name))
 
+    def plain_reader(self, key: str) -> Any:
+        """A client of the Redis that holds ``key`` whose XPENDING and XRANGE replies
+        come as Redis sends them (lists of bytes and integers), for bulk reads: redis-py
+        makes a dict of each entry, which costs more than reading it. It shares this
+        connection's pool (closing this connection closes it); on a cluster it stays on
+        the master of ``key``'s slot, so a slot that moves fails its calls.
+
+        Raises:
+            BackendUnavailableError: a cluster has no master for ``key``'s slot.
+        """
+        import redis
+
+        if self.cluster:
+            with self.guard():
+                node = self.client.get_redis_connection(self.client.get_node_from_key(key))
+            pool = node.connection_pool
+        else:
+            pool = self.client.connection_pool
+        reader = redis.Redis(connection_pool=pool)
+        for command in ("XPENDING", "XRANGE"):
+            reader.set_response_callback(command, _as_sent)
+        return reader
+
     def ping(self) -> None:
         """Check that Redis answers.
 
@@ -215,6 +238,10 @@ class Batch:
                 if isinstance(reply, Exception):
                     raise reply
         return replies
+
+
+def _as_sent(reply: Any, **_: Any) -> Any:
+    return reply
 
 
 def _queue_script(pipe: Any, sha: str, keys: Sequence[str], args: Sequence[Any]) -> None:

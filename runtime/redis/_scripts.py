@@ -20,7 +20,7 @@ from __future__ import annotations
 
 __all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE",
            "DELETE_GROUP", "DRAIN", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
-           "READER_REAP", "READER_SETTLE", "READER_TOUCH", "READ_HELD", "RECLAIM", "RELEASE",
+           "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
            "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_RANGE", "TRIM", "UNLEASE"]
 
 BIG_IDLE = 1 << 40
@@ -550,8 +550,8 @@ return count
 
 # A Spark source reads a group through one consumer whose pending entries are its lease
 # log: `TAKE_RANGE` (driver, planning a batch) moves entries into that consumer's pending
-# list and answers only the last id; `READ_HELD` (executor) reads a range of them
-# without changing anything, so a retried or replayed batch reads the same entries;
+# list and answers only the last id; the executors read a range of them with XPENDING and
+# XRANGE, changing nothing, so a retried or replayed batch reads the same entries;
 # `ACK_THROUGH` (driver, once a batch is committed) acks every one up to an id, with the
 # settle script's bookkeeping. Payloads never leave Redis on the driver's calls.
 
@@ -618,65 +618,6 @@ for i = 1, #others, 1000 do
   redis.call('XACK', stream, group, unpack(others, i, math.min(i + 999, #others)))
 end
 return {last, count}
-"""
-
-READ_HELD = """
-local stream = KEYS[1]
-local group, consumer, after, upto, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local held = redis.call('XPENDING', stream, group, '(' .. after, upto, count, consumer)
-if #held == 0 then return {} end
-local attempts = {}
-for _, p in ipairs(held) do attempts[p[1]] = p[4] end
-local function packed(format, values)
-  local out = {}
-  for i = 1, #values, 4000 do
-    local last = math.min(i + 3999, #values)
-    out[#out + 1] = struct.pack('<' .. string.rep(format, last - i + 1), unpack(values, i, last))
-  end
-  return table.concat(out)
-end
--- A column as one string and its int32 offsets (Arrow's binary layout), or '' and ''
--- when no entry has a value: the reader builds its columns without a value per row.
-local function binary(values, always)
-  local ends, size = {}, 0
-  for i = 1, #values do
-    size = size + #values[i]
-    ends[i] = size
-  end
-  if size == 0 and not always then return '', '' end
-  return table.concat(values), struct.pack('<i', 0) .. packed('i', ends)
-end
-local ids, bodies, keys, attrs, replayed, counts, formats = {}, {}, {}, {}, {}, {}, {}
-for _, entry in ipairs(redis.call('XRANGE', stream, held[1][1], held[#held][1])) do
-  local id = entry[1]
-  local attempt = attempts[id]
-  if attempt then
-    local b, f, k, a, r = '', 'm', '', '', ''
-    local fields = entry[2]
-    for i = 1, #fields, 2 do
-      local name, value = fields[i], fields[i + 1]
-      if name == 'b' then b = value elseif name == 'f' then f = value
-      elseif name == 'k' then k = value elseif name == 'a' then a = value
-      elseif name == 'r' then r = value end
-    end
-    local n = #ids + 1
-    ids[n], bodies[n], keys[n], attrs[n], replayed[n] = id, b, k, a, r
-    counts[n], formats[n] = attempt, string.sub(f, 1, 1)
-  end
-end
--- Columns: count, ids (space-separated), bodies, offsets, keys, offsets, attributes,
--- offsets, replayed ids, offsets, attempts (int32), formats (a letter each), last id.
-local out = {#ids, table.concat(ids, ' ')}
-for _, column in ipairs({{bodies, true}, {keys, false}, {attrs, false}, {replayed, false}}) do
-  local data, offsets = binary(column[1], column[2])
-  out[#out + 1] = data
-  out[#out + 1] = offsets
-end
-out[#out + 1] = packed('i', counts)
-out[#out + 1] = table.concat(formats)
--- Where this read ended: the next read of the range starts after it.
-out[#out + 1] = held[#held][1]
-return out
 """
 
 ACK_THROUGH = _SETTLING + """

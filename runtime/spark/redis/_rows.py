@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.redis._records import Codec, UndecodableError, optional
 
-__all__ = ["Limits", "StagedRows", "held_batch", "staged_rows"]
+__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "staged_rows"]
 
 logger = logging.getLogger(__name__)
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
@@ -58,92 +57,106 @@ class Limits:
             0, 1, entry_id, attempt, "x", "error", optional(error), "", ""])
 
 
-def held_batch(reply: Sequence[Any], limits: Limits, connection: Connection,
+@dataclass(frozen=True, slots=True)
+class HeldSlice:
+    """Part of a consumer's pending entries, read with plain commands (no script: the
+    reading runs on the executors, not on the Redis server's one thread).
+
+    Attributes:
+        attempts: each pending entry's delivery count, by entry id.
+        entries: the stream's entries from the first pending id to the last, as Redis
+            sends them: ``[id, [field, value, ...]]``; an entry the consumer does not
+            hold is not a row.
+        last: the last pending id read: the next slice starts after it.
+    """
+
+    attempts: dict[bytes, int]
+    entries: list[list[Any]]
+    last: str
+
+
+def held_slice(reader: Any, stream: str, group: str, consumer: str, after: str, upto: str,
+               count: int) -> HeldSlice | None:
+    """Up to ``count`` of ``consumer``'s pending entries after id ``after`` up to
+    ``upto``, or None when it holds none there. ``reader``: a `Connection.plain_reader`
+    of the stream (its replies unparsed)."""
+    held = reader.execute_command("XPENDING", stream, group, f"({after}", upto, count, consumer)
+    if not held:
+        return None
+    entries = reader.execute_command("XRANGE", stream, held[0][0], held[-1][0])
+    return HeldSlice({p[0]: p[3] for p in held}, entries, held[-1][0].decode())
+
+
+def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
                schema: StructType) -> pa.RecordBatch:
-    """The rows of the read script's columnar reply (see ``READ_HELD``) in exactly
-    Spark's Arrow schema. An entry whose body is no payload (refused by the restricted
-    unpickler, or an object JSON cannot encode) is dead-lettered ``error`` and left out."""
-    rows = int(reply[0])
-    if not rows:  # held entries that were deleted from the stream
-        return pa.RecordBatch.from_pylist([], schema=to_arrow_schema(schema, timezone="UTC"))
-    ids = pa.array(reply[1].split(b" "), pa.binary())
-    bodies, keys, attributes, replayed = (
-        _binary(rows, reply[2 + 2 * n], reply[3 + 2 * n]) for n in range(4))
-    attempts = pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(reply[10])])
-    message_ids = ids if replayed is None else pc.if_else(pc.equal(replayed, b""), ids, replayed)
-    keep = None
-    if reply[11].strip(b"m"):  # some bodies are pickled objects: decode them here
-        assert bodies is not None
-        bodies, keep = _decode_bodies(bodies, reply[11], message_ids, ids, attempts, limits,
-                                      connection)
-    text_ids = message_ids.cast(pa.string())
+    """The rows of one slice in exactly Spark's Arrow schema. An entry whose body is no
+    payload (refused by the restricted unpickler, or an object JSON cannot encode) is
+    dead-lettered ``error`` and left out; so is a held entry deleted from the stream."""
+    entries = [entry for entry in held.entries if entry[0] in held.attempts]
+    ids = [entry_id for entry_id, _ in entries]
+    if all(len(fields) == 2 and fields[0] == b"b" for _, fields in entries):
+        # A body alone: a Message with neither key nor attributes, not replayed (most)
+        message_ids, bodies = ids, [fields[1] for _, fields in entries]
+        keys, attributes = pa.nulls(len(ids), pa.string()), _attributes([None] * len(ids))
+    else:
+        named = _decoded([(i, dict(zip(f[::2], f[1::2], strict=True))) for i, f in entries],
+                         held.attempts, limits, connection)
+        ids = [entry_id for entry_id, _ in named]
+        message_ids = [fields.get(b"r") or entry_id for entry_id, fields in named]
+        bodies = [fields.get(b"b", b"") for _, fields in named]
+        keys = _keys([fields.get(b"k") or None for _, fields in named])
+        attributes = _attributes([fields.get(b"a") for _, fields in named])
+    text_ids = pa.array(message_ids, pa.binary()).cast(pa.string())
     millis = pc.list_element(pc.split_pattern(text_ids, "-", max_splits=1), 0)
     columns = {
         "message_id": text_ids,
-        "key": _keys(keys, rows),
-        "payload": bodies,
-        "attributes": _attributes(attributes, rows),
+        "key": keys,
+        "payload": pa.array(bodies, pa.binary()),
+        "attributes": attributes,
         "published_at": pc.multiply(millis.cast(pa.int64()), 1000).cast(
             pa.timestamp("us", tz="UTC")),
-        "attempt": attempts,
+        "attempt": pa.array([held.attempts[i] for i in ids], pa.int32()),
     }
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     arrays = [columns[field.name] for field in arrow_schema]
-    batch = pa.RecordBatch.from_arrays(
+    return pa.RecordBatch.from_arrays(
         [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, arrow_schema, strict=True)],
         schema=arrow_schema)
-    return batch if keep is None else batch.filter(keep)
 
 
-def _binary(rows: int, data: bytes, offsets: bytes) -> pa.Array | None:
-    """A binary column from one string of values and its int32 offsets (None when the
-    script left it out: no entry has a value)."""
-    if not offsets:
-        return None
-    return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets),
-                                                     pa.py_buffer(data)])
+def _decoded(entries: list[tuple[bytes, dict[bytes, bytes]]], attempts: dict[bytes, int],
+             limits: Limits, connection: Connection) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """The entries with each pickled body replaced by its payload bytes; an entry whose
+    body cannot be decoded is dead-lettered and left out."""
+    codec, kept = Codec(), []
+    for entry_id, fields in entries:
+        if fields.get(b"f", b"m") != b"m":
+            message_id = (fields.get(b"r") or entry_id).decode()
+            try:
+                message, _, _ = codec.message(message_id, fields)
+                fields = fields | {b"b": encode_payload(message), b"f": b"m"}
+            except (UndecodableError, PayloadError) as exc:
+                limits.bury(connection, entry_id.decode(), attempts[entry_id], str(exc))
+                continue
+        kept.append((entry_id, fields))
+    return kept
 
 
-def _decode_bodies(bodies: pa.Array, formats: bytes, message_ids: pa.Array, ids: pa.Array,
-                   attempts: pa.Array, limits: Limits, connection: Connection,
-                   ) -> tuple[pa.Array, pa.Array]:
-    """Pickled bodies as payload bytes; and the mask of the rows kept (an undecodable
-    body's entry is dead-lettered)."""
-    codec = Codec()
-    values = bodies.to_pylist()
-    keep = [True] * len(values)
-    for index, kind in enumerate(formats):
-        if kind == ord("m"):
-            continue
-        message_id = message_ids[index].as_py().decode()
-        try:
-            message, _, _ = codec.message(message_id, {b"b": values[index], b"f": bytes([kind])})
-            values[index] = encode_payload(message)
-        except (UndecodableError, PayloadError) as exc:
-            limits.bury(connection, ids[index].as_py().decode(), attempts[index].as_py(), str(exc))
-            keep[index] = False
-    return pa.array(values, pa.binary()), pa.array(keep)
-
-
-def _keys(keys: pa.Array | None, rows: int) -> pa.Array:
-    """Keys as text, none where an entry has none."""
-    if keys is None:
-        return pa.nulls(rows, pa.string())
+def _keys(keys: list[bytes | None]) -> pa.Array:
+    """Keys as text (none where an entry has none); a key that is not UTF-8 is shown
+    with U+FFFD, as the broker's source does."""
+    binary = pa.array(keys, pa.binary())
     try:
-        text = keys.cast(pa.string())
-    except pa.ArrowInvalid:  # not UTF-8: shown with U+FFFD, as the broker's source does
-        text = pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
-    return pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
+        return binary.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys],
+                        pa.string())
 
 
-def _attributes(column: pa.Array | None, rows: int) -> pa.Array:
+def _attributes(column: list[bytes | None]) -> pa.Array:
     """The attribute maps (empty where an entry has none)."""
-    if column is None:
-        offsets = pa.repeat(pa.scalar(0, pa.int32()), rows + 1)
-        empty = pa.array([], pa.string())
-        return pa.MapArray.from_arrays(offsets, empty, empty, type=_TEXT_MAP)
     bounds, names, values = [0], list[str](), list[str]()
-    for raw in column.to_pylist():
+    for raw in column:
         if raw:
             mapping = json.loads(raw)
             names += mapping.keys()

@@ -44,7 +44,7 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.spark._options import RedisSourceOptions
 from runtime.spark._source import read_limit, rows_of
-from runtime.spark.redis._rows import Limits, held_batch
+from runtime.spark.redis._rows import HeldSlice, Limits, held_batch, held_slice
 
 __all__ = ["HeldRange", "RedisStreamReader", "ack_through", "redis_offset_name"]
 
@@ -223,19 +223,20 @@ def read_held(connection: Connection, options: RedisSourceOptions, settings: Top
     one slice, a thread of the task reads the next: Redis's work and the task's overlap."""
     keys = TopicKeys.of(options.topic, partition.partition)
     limits = Limits.of(settings, keys, options.group, options.consumer)
+    reader = connection.plain_reader(keys.stream)
 
-    def fetch(after: str) -> Any:
-        return connection.run("READ_HELD", [keys.stream], [
-            options.group, options.consumer, after, partition.upto, SLICE_ROWS])
+    def fetch(after: str) -> HeldSlice | None:
+        with connection.guard():
+            return held_slice(reader, keys.stream, options.group, options.consumer, after,
+                              partition.upto, SLICE_ROWS)
 
-    with ThreadPoolExecutor(1, "actorbus-redis-read") as reader:
-        reply = fetch(partition.after)
-        while reply:
-            last = reply[-1].decode()
-            following = reader.submit(fetch, last) if last != partition.upto else None
-            batch = held_batch(reply, limits, connection, schema)
+    with ThreadPoolExecutor(1, "actorbus-redis-read") as prefetch:
+        held = fetch(partition.after)
+        while held is not None:
+            following = prefetch.submit(fetch, held.last) if held.last != partition.upto else None
+            batch = held_batch(held, limits, connection, schema)
             if batch.num_rows:
                 yield batch
             if following is None:
                 return
-            reply = following.result()
+            held = following.result()
