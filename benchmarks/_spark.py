@@ -14,11 +14,11 @@ query's start-up is a fixed cost that a short run would mostly measure. Each row
 is actorbus rows/s over its ceiling's: targets 0.5 (source), 0.25 (sink) and 0.5
 (``spark_source/pipeline``).
 
-On a Redis (see `benchmarks._spark_throughput`), ``spark_source_redis`` (a Redis topic
--> ``option("redis", url)`` source -> ``noop``) is compared with ``spark_source`` (the
-broker's) in the same run, target 1.0, and with the in-memory ceiling source, target
-0.5 (``/ceiling``); ``spark_sink_redis`` (the cached frame -> Redis sink) with the
-discarding Arrow writer, target 0.25.
+On a Redis (see `benchmarks._spark_throughput`), ``spark_source_redis`` (a Redis topic of
+2 partitions -> ``option("redis", url)`` source -> ``noop``) is compared with
+``spark_source`` (the broker's) in the same run, target 1.0, and with the in-memory
+ceiling source, target 0.5 (``/ceiling``); ``spark_sink_redis`` (the cached frame ->
+Redis sink) with the discarding Arrow writer, target 0.25.
 
 Skipped, with the reason, when pyspark or Java is missing or the measurement does not
 exist yet -- never a made-up figure.

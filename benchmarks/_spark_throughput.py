@@ -157,8 +157,9 @@ def _sink_frame(spark: Any, rows: int) -> Any:
 
 def _redis_source_only(spark: Any, bus: Any, url: str, rows: int, workdir: Path,
                        name: str) -> dict[str, Any]:
-    """Redis topic ``name`` -> source -> ``noop``; the rows acked count as moved."""
-    source = bus.create_topic(name, backend="redis", ack_timeout=None)
+    """Redis topic ``name`` (2 partitions: one read task each) -> source -> ``noop``;
+    the rows acked count as moved."""
+    source = bus.create_topic(name, backend="redis", ack_timeout=None, partitions=2)
     source.create_group("spark")
     publisher = source.publisher()
     for i in range(rows):
