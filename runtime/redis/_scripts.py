@@ -622,9 +622,12 @@ return {last, count}
 
 ACK_THROUGH = _SETTLING + """
 local group, consumer, upto, tmo = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+-- At most `limit` entries a call: a large batch is acked over several calls, and Redis
+-- serves other clients between them.
+local limit = tonumber(ARGV[5])
 local done, late = 0, 0
-while true do
-  local held = redis.call('XPENDING', stream, group, '-', upto, 1000, consumer)
+while done < limit do
+  local held = redis.call('XPENDING', stream, group, '-', upto, math.min(1000, limit - done), consumer)
   if #held == 0 then break end
   local ids = {}
   for _, p in ipairs(held) do

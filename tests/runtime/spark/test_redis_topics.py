@@ -334,6 +334,7 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
             assert group["entries-read"] is None
         while len(ends) < 5:
             ends.append(reader.latestOffset(reader._offset([ends[-1]]), ReadMaxRows(12))["ids"][0])
+        reader.stop()  # waits for the last call's ack of the batch before it
         (group,) = client.xinfo_groups(stream)
         held = client.xpending(stream, "spark")["pending"]
     finally:
@@ -344,3 +345,40 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
     # the batch before it
     assert ends == [ids[11], ids[23], ids[29], ids[29], ids[29]]
     assert (group["last-delivered-id"].decode(), held) == (ids[29], 0)
+
+
+def test_stop_acks_the_last_committed_batch_and_leaves_the_rest(
+    redis_server: RedisServer, topics: Any
+) -> None:
+    """A committed batch is acked by the next plan or, for the last one, by ``stop``; a
+    planned batch Spark did not commit stays pending for the next run."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+    from pyspark.sql.types import StructType
+
+    from runtime.spark._options import RedisSourceOptions
+    from runtime.spark.redis._source import RedisStreamReader
+
+    source, _ = topics()
+    publish_all(source, [f"m{n}".encode() for n in range(25)])
+    options = RedisSourceOptions.parse(
+        {"redis": redis_server.url, "topic": source.name, "group": "spark"})
+    connection = options.connect()
+    settings = options.check(connection, "spark")
+    client = redis.Redis.from_url(redis_server.url)
+    stream = TopicKeys.of(source.name).stream
+    try:
+        first_run = RedisStreamReader(options, StructType(), settings)
+        first = first_run.latestOffset(first_run.initialOffset(), ReadMaxRows(10))
+        first_run.commit(first)
+        first_run.stop()  # no later plan: stop acks the committed batch
+        after_first = (client.xpending(stream, "spark")["pending"], source.stats().delivered)
+        second_run = RedisStreamReader(options, StructType(), settings)
+        second_run.latestOffset(first, ReadMaxRows(10))  # planned, never committed
+        second_run.stop()
+        after_second = (client.xpending(stream, "spark")["pending"], source.stats().delivered)
+    finally:
+        connection.close()
+        client.close()
+    assert after_first == (0, 10)
+    assert after_second == (10, 10)
+
