@@ -161,16 +161,20 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._available_now and self._targets is None:
             self._targets = [(last.decode(), int(added)) for last, added in connection.pipelined(
                 "STREAM_END", [([stream], []) for stream in streams])]
-        rows = self._rows(limit, len(first))
         targets = self._targets or [("", 0)] * len(first)
-        taken = connection.pipelined("TAKE_RANGE", [
-            ([stream], [self.options.group, self.options.consumer, after, rows, upto, added])
-            for stream, after, (upto, added) in zip(streams, first, targets, strict=True)])
+        total = self._rows(limit)
+        share = UNLIMITED_ROWS if total is None else max(1, math.ceil(total / len(first)))
+        ends, counts = self._take(connection, streams, first, targets, [share] * len(first))
+        spare = 0 if total is None else total - sum(counts)
+        full = [p for p, count in enumerate(counts) if count >= share]
+        if spare > 0 and full:
+            # What partitions that ran short left of the limit goes to those that did not
+            more = [math.ceil(spare / len(full)) if p in full else 0 for p in range(len(first))]
+            ends, _ = self._take(connection, streams, ends, targets, more)
         if self._acker is None:
             self._acker = ThreadPoolExecutor(1, "actorbus-redis-ack")
         self._acking = self._acker.submit(self.ack, first)
-        return self._offset([last.decode() if isinstance(last, bytes) else str(last)
-                             for last, _ in taken])
+        return self._offset(ends)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One read task per topic partition whose range is not empty.
@@ -240,12 +244,23 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._connection = self.options.connect()
         return self._connection
 
-    def _rows(self, limit: ReadLimit, partitions: int) -> int:
-        """Entries each partition may add: the limit spread over the partitions."""
+    def _rows(self, limit: ReadLimit) -> int | None:
+        """Entries a batch may hold (None: no bound)."""
         rows = rows_of(limit)
         cap = self.options.max_messages_per_batch
-        total = min(rows, cap) if rows and cap else rows or cap
-        return UNLIMITED_ROWS if total is None else max(1, math.ceil(total / partitions))
+        return min(rows, cap) if rows and cap else rows or cap
+
+    def _take(self, connection: Connection, streams: list[str], after: list[str],
+              targets: list[tuple[str, int]], rows: list[int]) -> tuple[list[str], list[int]]:
+        """Take up to ``rows[p]`` entries past ``after[p]`` into this consumer's pending
+        list in each partition ``p`` (one round trip; none where ``rows[p]`` is 0); the
+        last id each reaches and how many it took."""
+        calls = [p for p in range(len(streams)) if rows[p]]
+        taken = dict(zip(calls, connection.pipelined("TAKE_RANGE", [
+            ([streams[p]], [self.options.group, self.options.consumer, after[p], rows[p],
+                            *targets[p]]) for p in calls]), strict=True))
+        ends = [after[p] if p not in taken else _text(taken[p][0]) for p in range(len(streams))]
+        return ends, [int(taken[p][1]) if p in taken else 0 for p in range(len(streams))]
 
     def _ids(self, offset: dict[str, Any]) -> list[str]:
         ids = [str(i) for i in offset["ids"]]
@@ -257,6 +272,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset(self, ids: list[str]) -> dict[str, Any]:
         return {"ids": ids, REDIS_FIELD: self._name}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,

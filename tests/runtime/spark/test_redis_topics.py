@@ -382,3 +382,35 @@ def test_stop_acks_the_last_committed_batch_and_leaves_the_rest(
     assert after_first == (0, 10)
     assert after_second == (10, 10)
 
+
+def test_a_batch_limit_left_by_a_short_partition_goes_to_the_others(
+    redis_server: RedisServer, bus: Bus
+) -> None:
+    """``max_messages_per_batch`` bounds the whole batch: a partition holding less than
+    its share leaves the rest to the partitions that hold more."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+    from pyspark.sql.types import StructType
+
+    from runtime.redis._keys import partition_of
+    from runtime.spark._options import RedisSourceOptions
+    from runtime.spark.redis._source import RedisStreamReader
+
+    source = bus.create_topic(f"short-{uuid.uuid4().hex[:10]}", backend="redis", partitions=2)
+    source.create_group("spark")
+    keys = {partition_of(f"k{n}", 2): f"k{n}" for n in range(10)}
+    for n in range(40):  # 30 in partition 0, 10 in partition 1
+        source.publish(f"m{n}".encode(), key=keys[0] if n % 4 else keys[1])
+    options = RedisSourceOptions.parse(
+        {"redis": redis_server.url, "topic": source.name, "group": "spark"})
+    connection = options.connect()
+    reader = RedisStreamReader(options, StructType(), options.check(connection, "spark"))
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        reader.latestOffset(reader.initialOffset(), ReadMaxRows(36))
+        held = [client.xpending(TopicKeys.of(source.name, p).stream, "spark")["pending"]
+                for p in range(2)]
+    finally:
+        reader.stop()
+        connection.close()
+        client.close()
+    assert held == [26, 10]  # shares of 18: partition 1 had 10, its 8 went to partition 0
