@@ -21,7 +21,7 @@ from typing import Any
 from runtime.broker._client import Address, Channel, parse_address
 from runtime.core._settings import TopicSettings
 from runtime.errors import BackendUnavailableError, InvalidSettingsError, TopicNotFoundError
-from runtime.redis._connection import Connection
+from runtime.redis._connection import CLUSTER_SCHEMES, Connection
 
 __all__ = [
     "REDIS_SINK_OPTIONS", "REDIS_SOURCE_OPTIONS", "SINK_OPTIONS", "SOURCE_OPTIONS",
@@ -145,16 +145,20 @@ def _address(name: str, raw: str) -> Address:
 
 
 def _redis_url(name: str, raw: str) -> str:
-    """A ``redis://``, ``rediss://`` or ``unix://`` URL redis-py can connect with."""
+    """A ``redis://``, ``rediss://`` or ``unix://`` URL redis-py can connect with, or a
+    Redis Cluster's ``redis+cluster://`` / ``rediss+cluster://`` (any of its nodes)."""
     from redis.connection import parse_url
 
+    url = raw.strip()
+    scheme, _, rest = url.partition("://")
+    node = f"{CLUSTER_SCHEMES[scheme]}://{rest}" if scheme in CLUSTER_SCHEMES else url
     try:
-        parse_url(raw.strip())  # type: ignore[no-untyped-call]
+        parse_url(node)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise InvalidSettingsError(name, (
-            f"must be a redis://host:port/db, rediss:// or unix:// URL, got {_without_password(raw)!r} "
-            f"({exc})")) from None
-    return raw.strip()
+            "must be a redis://host:port/db, rediss:// or unix:// URL, or a cluster's "
+            f"redis+cluster://host:port, got {_without_password(raw)!r} ({exc})")) from None
+    return url
 
 
 def _without_password(url: str) -> str:

@@ -4,16 +4,19 @@ bridge's Redis tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import select
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["REDIS_CLI", "REDIS_SERVER", "SKIP_CLUSTER_REASON", "SKIP_REASON", "RedisClusterNodes",
-           "RedisServer"]
+           "RedisServer", "started_cluster"]
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -150,6 +153,18 @@ class RedisClusterNodes:
         """Stop every node by its pid."""
         for node in self.nodes:
             node.stop()
+
+
+@contextlib.contextmanager
+def started_cluster() -> Iterator[RedisClusterNodes]:
+    """A 3-master Redis Cluster in a temporary directory, stopped by its pids on exit."""
+    with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
+        cluster = RedisClusterNodes(Path(workdir))
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 def _free_port() -> int:

@@ -4,14 +4,19 @@ once per session (both from `support.redis_server`)."""
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.redis_server import REDIS_CLI, REDIS_SERVER, RedisClusterNodes, RedisServer
+from support.redis_server import (
+    REDIS_CLI,
+    REDIS_SERVER,
+    RedisClusterNodes,
+    RedisServer,
+    started_cluster,
+)
 from support.redis_server import SKIP_CLUSTER_REASON as _SKIP_CLUSTER
 from support.redis_server import SKIP_REASON as _SKIP
 
@@ -33,18 +38,6 @@ def _session_redis() -> Iterator[RedisServer | None]:
         server.stop()
 
 
-@contextlib.contextmanager
-def _started_cluster() -> Iterator[RedisClusterNodes]:
-    """A 3-master Redis Cluster in a temporary directory, stopped by its pids on exit."""
-    with tempfile.TemporaryDirectory(prefix="actorbus-redis-cluster-") as workdir:
-        cluster = RedisClusterNodes(Path(workdir))
-        try:
-            cluster.start()
-            yield cluster
-        finally:
-            cluster.stop()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _session_redis_cluster() -> Iterator[RedisClusterNodes | None]:
     """The session's 3-master Redis Cluster, started before any test of this folder (for
@@ -52,7 +45,7 @@ def _session_redis_cluster() -> Iterator[RedisClusterNodes | None]:
     if REDIS_SERVER is None or REDIS_CLI is None:
         yield None
         return
-    with _started_cluster() as cluster:
+    with started_cluster() as cluster:
         yield cluster
 
 
@@ -75,7 +68,7 @@ def own_redis_cluster() -> Iterator[RedisClusterNodes]:
     """A 3-master Redis Cluster of its own, for a test that kills one of its masters."""
     if REDIS_SERVER is None or REDIS_CLI is None:
         pytest.skip(_SKIP_CLUSTER)
-    with _started_cluster() as cluster:
+    with started_cluster() as cluster:
         yield cluster
 
 

@@ -269,3 +269,66 @@ def test_a_topic_of_six_partitions_spreads_over_the_masters_and_delivers_each_on
                 client.close()
     assert holders == mapped
     topic.destroy()
+
+
+@pytest.mark.spark
+def test_the_spark_source_plans_reads_and_acks_each_partition_on_its_master(
+        cluster_bus: Bus, redis_cluster: Any, redis_cluster_url: str) -> None:
+    """The Redis source's driver and executor calls on a cluster, without a Spark session:
+    each partition's plan, plain reads (`Connection.plain_reader` on the master of its
+    slot) and acks go to the master that holds it."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from runtime.spark._options import RedisSourceOptions
+    from runtime.spark.redis._source import RedisStreamReader
+
+    client = RedisCluster.from_url(redis_cluster.url.replace("redis+cluster", "redis"))
+    try:
+        while True:  # partitions on more than one master (see the test above)
+            name = f"t-{uuid.uuid4().hex[:12]}"
+            if len({int(client.get_node_from_key(TopicKeys.of(name, p).stream).port)
+                    for p in range(3)}) >= 2:
+                break
+    finally:
+        client.close()
+    topic = cluster_bus.create_topic(name, backend="redis", partitions=3)
+    topic.create_group("spark")
+    for n in range(60):
+        topic.publish(Message(data=f"m{n}".encode(), attributes={"n": str(n)}),
+                      key=f"k{n % 5}" if n % 2 else None)
+    schema = StructType([
+        StructField("message_id", StringType()), StructField("key", StringType()),
+        StructField("payload", BinaryType()),
+        StructField("attributes", MapType(StringType(), StringType())),
+        StructField("published_at", TimestampType()), StructField("attempt", IntegerType())])
+    options = RedisSourceOptions.parse(
+        {"redis": redis_cluster_url, "topic": name, "group": "spark"})
+    connection = options.connect()
+    reader = RedisStreamReader(options, schema, options.check(connection, "spark"))
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        rows = [row for part in reader.partitions(start, end)
+                for batch in reader.read(part) for row in batch.to_pylist()]
+        reader.commit(end)
+    finally:
+        reader.stop()
+        connection.close()
+    assert sorted(row["payload"] for row in rows) == sorted(f"m{n}".encode() for n in range(60))
+    by_payload = {row["payload"]: row for row in rows}
+    assert by_payload[b"m3"]["key"] == "k3" and by_payload[b"m4"]["key"] is None
+    assert dict(by_payload[b"m7"]["attributes"]) == {"n": "7"}
+    assert {row["attempt"] for row in rows} == {1}
+    assert topic.join(timeout=10) is True
+    assert topic.stats().delivered == 60

@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 import redis
-from support.redis_server import REDIS_SERVER, SKIP_REASON, RedisServer
+from support.redis_server import (
+    REDIS_CLI,
+    REDIS_SERVER,
+    SKIP_CLUSTER_REASON,
+    SKIP_REASON,
+    RedisClusterNodes,
+    RedisServer,
+    started_cluster,
+)
 from support.reliability import wait_until
 from support.spark import drain, finish, needs_spark, spark_session
 
@@ -55,17 +63,22 @@ def bus(redis_server: RedisServer) -> Iterator[Bus]:
         yield bus
 
 
+def topic_pair(bus: Bus, name: str, partitions: int = 1, **settings: Any) -> tuple[Any, Any]:
+    """Redis topics ``{name}-in`` (group "spark", with ``settings``) and ``{name}-out``
+    (group "check"), of ``partitions`` each."""
+    source = bus.create_topic(f"{name}-in", backend="redis", partitions=partitions, **settings)
+    source.create_group("spark")
+    sink = bus.create_topic(f"{name}-out", backend="redis", partitions=partitions)
+    sink.create_group("check")
+    return source, sink
+
+
 @pytest.fixture
 def topics(bus: Bus) -> Callable[..., tuple[Any, Any]]:
     """Fresh Redis topics: an input (group "spark") and an output (group "check")."""
 
     def make(**settings: Any) -> tuple[Any, Any]:
-        name = f"s-{uuid.uuid4().hex[:10]}"
-        source = bus.create_topic(f"{name}-in", backend="redis", **settings)
-        source.create_group("spark")
-        sink = bus.create_topic(f"{name}-out", backend="redis")
-        sink.create_group("check")
-        return source, sink
+        return topic_pair(bus, f"s-{uuid.uuid4().hex[:10]}", **settings)
 
     return make
 
@@ -279,11 +292,7 @@ def test_bad_sink_options_are_refused_at_save_by_name(
 def test_each_topic_partition_is_one_spark_partition(
     spark: Any, redis_server: RedisServer, bus: Bus, tmp_path: Path
 ) -> None:
-    name = f"p-{uuid.uuid4().hex[:10]}"
-    source = bus.create_topic(f"{name}-in", backend="redis", partitions=2)
-    source.create_group("spark")
-    sink = bus.create_topic(f"{name}-out", backend="redis", partitions=2)
-    sink.create_group("check")
+    source, sink = topic_pair(bus, f"p-{uuid.uuid4().hex[:10]}", partitions=2)
     payloads = [f"m{n}".encode() for n in range(40)]
     publish_all(source, payloads)
 
@@ -414,3 +423,43 @@ def test_a_batch_limit_left_by_a_short_partition_goes_to_the_others(
         connection.close()
         client.close()
     assert held == [26, 10]  # shares of 18: partition 1 had 10, its 8 went to partition 0
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(redis_server: RedisServer) -> Iterator[RedisClusterNodes]:
+    """A 3-master Redis Cluster of this module's own (stopped by its pids)."""
+    if REDIS_CLI is None:
+        pytest.skip(SKIP_CLUSTER_REASON)
+    with started_cluster() as cluster:
+        yield cluster
+
+
+def test_a_stream_between_topics_on_a_redis_cluster_writes_every_row_once(
+    spark: Any, redis_cluster: RedisClusterNodes, tmp_path: Path
+) -> None:
+    """``option("redis", "redis+cluster://...")`` on both sides: a source and a sink of 3
+    partitions each, each topic's partitions on more than one master."""
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
+    try:
+        while True:  # both topics' partitions on more than one master
+            name = f"c-{uuid.uuid4().hex[:10]}"
+            if all(len({int(client.get_node_from_key(TopicKeys.of(f"{name}-{side}", p).stream).port)
+                        for p in range(3)}) >= 2 for side in ("in", "out")):
+                break
+    finally:
+        client.close()
+    with Bus(redis=redis_cluster.url) as bus:
+        source, sink = topic_pair(bus, name, partitions=3)
+        payloads = [f"m{n}".encode() for n in range(90)]
+        publish_all(source, payloads)
+
+        finish(upper_query(spark, redis_cluster.url, source.name, sink.name, tmp_path / "ck",
+                           max_messages_per_batch=40))
+
+        out = drain(sink)
+        assert sorted(m.data for m in out) == sorted(p.upper() for p in payloads)
+        assert {m.ordering_key for m in out if m.data == b"M1"} == {"k1"}
+        assert wait_until(lambda: source.stats().pending == 0, timeout=30)
+        assert (source.stats().delivered, sink.stats().published) == (90, 90)
