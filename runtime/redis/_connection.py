@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from runtime.errors import BackendUnavailableError
 from runtime.redis import _scripts
 
-__all__ = ["Batch", "Connection", "Recipe"]
+__all__ = ["Batch", "Connection", "Recipe", "node_url"]
 
 CONNECT_TIMEOUT = 2.0
 """Seconds to wait for a TCP connection before the call fails (a Redis that is down)."""
@@ -251,6 +251,15 @@ def _queue_script(pipe: Any, sha: str, keys: Sequence[str], args: Sequence[Any])
     pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
 
+def node_url(url: str) -> tuple[str, bool]:
+    """The URL redis-py connects with for ``url``, and whether ``url`` names a Redis
+    Cluster (a ``redis+cluster://`` URL names one of its nodes)."""
+    scheme, _, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        return f"{CLUSTER_SCHEMES[scheme]}://{rest}", True
+    return url, False
+
+
 def _client(source: Any) -> Any:
     """The client ``source`` names: built from a URL or a `Recipe`, or the given one
     (rebuilt when it decodes replies: bodies are bytes)."""
@@ -259,10 +268,10 @@ def _client(source: Any) -> Any:
 
     timeouts = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
     if isinstance(source, str):
-        scheme, _, rest = source.partition("://")
-        if scheme in CLUSTER_SCHEMES:
-            return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **timeouts)
-        return redis.Redis.from_url(source, **timeouts)
+        url, cluster = node_url(source)
+        if cluster:
+            return RedisCluster.from_url(url, **timeouts)
+        return redis.Redis.from_url(url, **timeouts)
     if isinstance(source, Recipe):
         if source.nodes:
             return _cluster(source.nodes, source.options)

@@ -21,7 +21,7 @@ from typing import Any
 from runtime.broker._client import Address, Channel, parse_address
 from runtime.core._settings import TopicSettings
 from runtime.errors import BackendUnavailableError, InvalidSettingsError, TopicNotFoundError
-from runtime.redis._connection import CLUSTER_SCHEMES, Connection
+from runtime.redis._connection import Connection, node_url
 
 __all__ = [
     "REDIS_SINK_OPTIONS", "REDIS_SOURCE_OPTIONS", "SINK_OPTIONS", "SOURCE_OPTIONS",
@@ -150,10 +150,8 @@ def _redis_url(name: str, raw: str) -> str:
     from redis.connection import parse_url
 
     url = raw.strip()
-    scheme, _, rest = url.partition("://")
-    node = f"{CLUSTER_SCHEMES[scheme]}://{rest}" if scheme in CLUSTER_SCHEMES else url
     try:
-        parse_url(node)  # type: ignore[no-untyped-call]
+        parse_url(node_url(url)[0])  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise InvalidSettingsError(name, (
             "must be a redis://host:port/db, rediss:// or unix:// URL, or a cluster's "
