@@ -255,12 +255,14 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Take up to ``rows[p]`` entries past ``after[p]`` into this consumer's pending
         list in each partition ``p`` (one round trip; none where ``rows[p]`` is 0); the
         last id each reaches and how many it took."""
-        calls = [p for p in range(len(streams)) if rows[p]]
-        taken = dict(zip(calls, connection.pipelined("TAKE_RANGE", [
+        calls = [p for p, count in enumerate(rows) if count]
+        replies = connection.pipelined("TAKE_RANGE", [
             ([streams[p]], [self.options.group, self.options.consumer, after[p], rows[p],
-                            *targets[p]]) for p in calls]), strict=True))
-        ends = [after[p] if p not in taken else _text(taken[p][0]) for p in range(len(streams))]
-        return ends, [int(taken[p][1]) if p in taken else 0 for p in range(len(streams))]
+                            *targets[p]]) for p in calls])
+        ends, counts = list(after), [0] * len(after)
+        for p, (last, count) in zip(calls, replies, strict=True):
+            ends[p], counts[p] = last.decode(), int(count)
+        return ends, counts
 
     def _ids(self, offset: dict[str, Any]) -> list[str]:
         ids = [str(i) for i in offset["ids"]]
@@ -272,10 +274,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset(self, ids: list[str]) -> dict[str, Any]:
         return {"ids": ids, REDIS_FIELD: self._name}
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
