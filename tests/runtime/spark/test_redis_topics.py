@@ -335,14 +335,14 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
     try:
         ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
         reader.prepareForTriggerAvailableNow()
-        ends = [reader.latestOffset(reader.initialOffset(), ReadMaxRows(12))["ids"][0]]
+        offsets = [reader.latestOffset(reader.initialOffset(), ReadMaxRows(12))]
         publish_all(source, [f"late{n}".encode() for n in range(20)])  # after the run began
         if counter == "lost":
-            client.xgroup_setid(stream, "spark", ends[0])
+            client.xgroup_setid(stream, "spark", offsets[0]["ids"][0])
             (group,) = client.xinfo_groups(stream)
             assert group["entries-read"] is None
-        while len(ends) < 5:
-            ends.append(reader.latestOffset(reader._offset([ends[-1]]), ReadMaxRows(12))["ids"][0])
+        while len(offsets) < 5:
+            offsets.append(reader.latestOffset(offsets[-1], ReadMaxRows(12)))
         reader.stop()  # waits for the last call's ack of the batch before it
         (group,) = client.xinfo_groups(stream)
         held = client.xpending(stream, "spark")["pending"]
@@ -352,7 +352,7 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
         client.close()
     # 12 + 12 + 6, then nothing more: the run ends at the 30th entry, and each call acked
     # the batch before it
-    assert ends == [ids[11], ids[23], ids[29], ids[29], ids[29]]
+    assert [offset["ids"][0] for offset in offsets] == [ids[11], ids[23], ids[29], ids[29], ids[29]]
     assert (group["last-delivered-id"].decode(), held) == (ids[29], 0)
 
 
