@@ -191,6 +191,10 @@ class BroadcastReader:
         deadline = self._deadline
         return deadline is not None and self._clock() - delivery.received >= deadline
 
+    def give_back(self, deliveries: list[RedisDelivery[Any]]) -> None:
+        """Nothing: broadcast never redelivers; what a reader let expire unstarted is
+        timed out by the next reap, as a reader that hangs."""
+
     def defer_ack(self, delivery: RedisDelivery[Any]) -> bool:
         """Never: a reader's ack is sent at once."""
         return False

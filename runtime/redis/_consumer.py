@@ -147,14 +147,29 @@ class Consumer:
         return deliveries
 
     def expired(self, delivery: RedisDelivery[Any]) -> bool:
-        """Whether ``delivery``'s ack deadline passed while it waited in the member's batch
-        (Redis counts it from the read): such a delivery is never started, Redis gives it
-        to the next reclaim."""
+        """Whether ``delivery`` waited in the member's batch for half its ack deadline
+        (Redis counts the deadline from the read): too late to start it safely. The
+        member gives it and the rest of its batch back (`give_back`)."""
         deadline = self._deadline
-        if deadline is not None and self._clock() - delivery.received >= deadline:
+        if deadline is not None and self._clock() - delivery.received >= deadline / 2:
             self.disturbed = True
             return True
         return False
+
+    def give_back(self, deliveries: list[RedisDelivery[Any]]) -> None:
+        """Hand ``deliveries`` (read, never started) back to the group with no attempt
+        counted, each only while this consumer still holds it at that attempt; the next
+        `read` looks for them first.
+
+        Raises:
+            BackendUnavailableError: Redis did not answer.
+        """
+        held = [d for d in deliveries if d.pending]
+        if held:
+            self._connection.run("GIVE_BACK", [self._keys.stream], [
+                self.group, self.name,
+                *(value for d in held for value in (d.entry_id, d.attempt))])
+        self.reclaim_soon()
 
     def reclaim_soon(self) -> None:
         """Look for handed-back deliveries at the next `read` (after a nack)."""

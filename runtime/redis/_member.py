@@ -35,6 +35,8 @@ class Reader(Protocol):
 
     def expired(self, delivery: RedisDelivery[Any]) -> bool: ...
 
+    def give_back(self, deliveries: list[RedisDelivery[Any]]) -> None: ...
+
     def flush(self, *, due_only: bool = False) -> None: ...
 
 
@@ -56,7 +58,11 @@ def run_handler(handler: Callable[[Any], Any], delivery: RedisDelivery[Any], aut
                           "".join(traceback.format_exception(exc)))
         return
     if auto_ack and delivery.pending:
-        delivery.ack()
+        try:
+            delivery.ack()
+        except SettlementError as exc:
+            logger.warning("topic %s: %s was taken back before its handler returned: %s",
+                           topic, delivery.message_id, exc)
 
 
 def read_count(prefetch: int, cost: float) -> int:
@@ -70,8 +76,13 @@ def read_count(prefetch: int, cost: float) -> int:
 class MemberLoop:
     """Reads ``reader`` and runs ``handler`` on each delivery until ``stopping`` is set.
 
-    The acks of a batch leave with the next read (one round trip for both), or sooner
-    once the oldest waited `runtime.redis._consumer.FLUSH_AFTER`.
+    The first read takes one delivery (the handler's time is not known yet); each later
+    one about `READ_WORK` of handler time (`read_count`). A delivery that waited in its
+    batch too long to start in time (`Reader.expired`) goes back with the rest of the
+    batch, unstarted and with no attempt counted (`Reader.give_back`): only what a
+    handler ran counts an attempt. The acks of a batch leave with the next read (one
+    round trip for both), or sooner once the oldest waited
+    `runtime.redis._consumer.FLUSH_AFTER`.
 
     Args:
         reader: where deliveries come from.
@@ -99,24 +110,27 @@ class MemberLoop:
     def run(self) -> None:
         """The loop; returns once stopping is set (after the handler running then)."""
         reader, stopping, running = self._reader, self._stopping, self._running
-        count = self._prefetch
+        count = 1
         while not stopping.is_set():
             try:
                 deliveries = reader.read(count, BLOCK)
                 began = time.monotonic()
+                ran = 0
                 for delivery in deliveries:
                     if stopping.is_set():
                         break
                     if reader.expired(delivery):
-                        continue
+                        reader.give_back(deliveries[ran:])
+                        break
                     if running is not None:
                         running(message_id_of(delivery.partition, delivery.entry_id))
                     run_handler(self._handler, delivery, self._auto_ack, self._topic)
                     if running is not None:
                         running("")
+                    ran += 1
                     reader.flush(due_only=True)
-                if deliveries:
-                    count = read_count(self._prefetch, (time.monotonic() - began) / len(deliveries))
+                if ran:
+                    count = read_count(self._prefetch, (time.monotonic() - began) / ran)
             except BackendUnavailableError as exc:
                 logger.warning("topic %s: member waits for Redis: %s", self._topic, exc)
                 stopping.wait(_BACKOFF)

@@ -113,13 +113,25 @@ class OwnedPartitions:
         return _read_in_turn(owned, self._turn, count, block)
 
     def expired(self, delivery: RedisDelivery[Any]) -> bool:
-        """Whether ``delivery`` must not run now: its deadline passed, its partition is no
-        longer this member's, or an earlier delivery of its partition in this batch was
+        """Whether ``delivery`` must not run now: it waited half its deadline, its partition
+        is no longer this member's, or an earlier delivery of its partition in this batch was
         nacked or skipped (it goes back, to run after that one's redelivery)."""
         consumer = self._owned.get(delivery.partition)
         if consumer is None or consumer.disturbed:
             return True
         return consumer.expired(delivery)
+
+    def give_back(self, deliveries: list[RedisDelivery[Any]]) -> None:
+        """Hand ``deliveries`` (never started, all of one partition) back with no attempt
+        counted while this member still owns their partition (else its new owner holds
+        them already).
+
+        Raises:
+            BackendUnavailableError: Redis did not answer.
+        """
+        consumer = self._owned.get(deliveries[0].partition) if deliveries else None
+        if consumer is not None:
+            consumer.give_back(deliveries)
 
     def flush(self, *, due_only: bool = False) -> None:
         """Send the queued acks of every owned partition.
@@ -276,6 +288,9 @@ class AllPartitions:
     def expired(self, delivery: RedisDelivery[Any]) -> bool:
         """Whether ``delivery``'s ack deadline passed while it waited in the batch."""
         return self._readers[0].expired(delivery)
+
+    def give_back(self, deliveries: list[RedisDelivery[Any]]) -> None:
+        """Nothing: broadcast never redelivers (see `BroadcastReader.give_back`)."""
 
     def flush(self, *, due_only: bool = False) -> None:
         """Nothing waits: a reader settles each delivery as it happens."""

@@ -19,7 +19,7 @@ Encodings shared with Python (`runtime.redis._records`):
 from __future__ import annotations
 
 __all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE",
-           "DELETE_GROUP", "DRAIN", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
+           "DELETE_GROUP", "DRAIN", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
            "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
            "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_RANGE", "TRIM", "UNLEASE"]
 
@@ -276,6 +276,23 @@ if #to_ack > 0 then redis.call('XACK', stream, group, unpack(to_ack)) end
 flush_acked()
 redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
 return {#held, crashed}
+"""
+
+GIVE_BACK = f"""
+local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local PARKED, BIG = '__parked', {BIG_IDLE}
+-- (id, attempt) pairs a member read and never started: each one it still holds at that
+-- attempt is parked with no attempt counted (the next claim starts from the same count).
+local back = 0
+for i = 3, #ARGV, 2 do
+  local id, attempt = ARGV[i], tonumber(ARGV[i + 1])
+  local p = redis.call('XPENDING', stream, group, id, id, 1)[1]
+  if p and p[2] == consumer and p[4] == attempt then
+    redis.call('XCLAIM', stream, group, PARKED, 0, id, 'IDLE', BIG, 'RETRYCOUNT', attempt - 1, 'JUSTID')
+    back = back + 1
+  end
+end
+return back
 """
 
 CREATE_GROUP = """

@@ -3,6 +3,7 @@ deadlines measured by Redis, hand-back on close, typed failures."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 import subprocess
 import sys
@@ -21,8 +22,11 @@ from runtime.errors import (
     UnsupportedPolicyError,
     WouldBlock,
 )
+from runtime.redis._connection import Connection
+from runtime.redis._consumer import Consumer
 from runtime.redis._keys import TopicKeys
-from runtime.redis._member import READ_WORK, MemberLoop, read_count
+from runtime.redis._member import READ_WORK, MemberLoop, read_count, run_handler
+from runtime.redis._records import Codec
 
 
 def test_messages_waiting_in_a_group_survive_the_bus_that_published_them(
@@ -386,28 +390,38 @@ def _eventually(check: Any, timeout: float = 10.0) -> bool:
     return bool(check())
 
 
-def test_a_delivery_that_expired_in_its_members_batch_is_never_run(
+def test_a_delivery_behind_a_handler_that_outlives_the_deadline_runs_as_its_first_attempt(
         redis_bus: Bus, topic_name: str) -> None:
     topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=0.3,
                                    max_delivery_attempts=2)
     runs: list[tuple[Any, int]] = []
+    warm = threading.Event()
     work = threading.Event()  # never set: the first attempt of "slow" works for 0.5 s
 
     def handler(delivery: Any) -> None:
-        runs.append((delivery.message, delivery.attempt))
-        if delivery.message == "slow" and delivery.attempt == 1:
+        body = delivery.message
+        body = body.data.decode() if isinstance(body, Message) else body
+        runs.append((body, delivery.attempt))
+        if body == "slow" and delivery.attempt == 1:
             work.wait(0.5)
-        delivery.ack()
+        delivery.ack()  # late for the first "slow": SettlementError, logged
+        warm.set()
 
     topic.create_group("g")
-    topic.publish("slow")
-    topic.publish("next")
     topic.subscribe(handler, group="g", prefetch=2)
+    topic.publish("warm")  # the member learns its handler is fast: it reads 2 next
+    assert warm.wait(10)
+    publisher = topic.publisher()
+    publisher.publish(b"slow")  # one batch of the Publisher: one read takes both
+    publisher.publish(b"next")
+    publisher.flush(10)
 
     assert topic.join(timeout=20) is True
-    assert runs == [("slow", 1), ("slow", 2), ("next", 2)]
+    # "next" waited unstarted behind "slow" past half its deadline: it went back with no
+    # attempt counted; "slow" timed out and ran again.
+    assert runs == [("warm", 1), ("slow", 1), ("slow", 2), ("next", 1)]
     stats = topic.stats()
-    assert (stats.delivered, stats.timed_out, stats.dead_lettered) == (2, 2, 0)
+    assert (stats.delivered, stats.timed_out, stats.dead_lettered) == (3, 1, 0)
     topic.destroy()
 
 
@@ -618,6 +632,95 @@ def test_a_member_with_a_slow_handler_reads_few_deliveries_at_a_time() -> None:
 
     MemberLoop(reader, slow, auto_ack=False, topic="t", prefetch=50, stopping=stopping).run()
 
-    assert reader.asked[0] == 50  # the handler's time is not known yet
+    assert reader.asked[0] == 1  # the handler's time is not known yet
     assert all(1 <= count <= 2 for count in reader.asked[1:])  # 4 ms of work at >= 2 ms each
     assert len(reader.asked) == 4
+
+
+def test_competing_members_with_a_slow_handler_run_every_message_once(
+        redis_bus: Bus, topic_name: str) -> None:
+    # 12 messages of 0.25 s against a 1 s deadline: a member that read them all at once
+    # would let most of them time out unstarted, dead-lettered with one attempt allowed.
+    topic = redis_bus.create_topic(topic_name, backend="redis", ack_timeout=1.0,
+                                   max_delivery_attempts=1)
+    topic.create_group("g")
+    reports = [topic.publish(f"m{i:02}") for i in range(12)]
+    ran: list[tuple[str, int]] = []
+    pause = threading.Event()
+
+    def slow(delivery: Any) -> None:
+        ran.append((delivery.message, delivery.attempt))
+        pause.wait(0.25)  # sleep-ok: the handler's work is its time
+
+    for _ in range(2):
+        topic.subscribe(slow, group="g", auto_ack=True)
+
+    assert topic.join(timeout=30) is True
+    assert sorted(ran) == [(f"m{i:02}", 1) for i in range(12)]
+    stats = topic.stats()
+    assert (stats.delivered, stats.dead_lettered) == (12, 0)
+    assert all(r.outcome.result(timeout=10).acked for r in reports)
+    topic.destroy()
+
+
+def test_what_waits_past_its_deadline_unstarted_goes_back_with_no_attempt_counted(
+        redis_url: str, topic_name: str) -> None:
+    # The member's clock: the first delivery of a batch of four runs 11 s (past the 10 s
+    # deadline of the three behind it, which Redis counts from the read).
+    now = [0.0]
+    with Bus(redis=redis_url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis", ack_timeout=10.0,
+                                 max_delivery_attempts=1)
+        topic.create_group("g")
+        topic.publish("m0")
+        connection = Connection(redis_url)
+        consumer = Consumer(connection, TopicKeys.of(topic_name, 0), topic_name, "g", 7,
+                            topic.settings, Codec(), batch_acks=True, clock=lambda: now[0])
+        stopping = threading.Event()
+        ran: list[tuple[str, int]] = []
+
+        def handler(delivery: Any) -> None:
+            ran.append((delivery.message, delivery.attempt))
+            if delivery.message == "m0":  # the next batch is published meanwhile
+                for i in range(1, 5):
+                    topic.publish(f"m{i}")
+            if delivery.message == "m1":
+                now[0] += 11.0
+            if len(ran) == 5:
+                stopping.set()
+
+        loop = MemberLoop(consumer, handler, auto_ack=True, topic=topic_name, prefetch=10,
+                          stopping=stopping)
+        thread = threading.Thread(target=loop.run, name="test-member")
+        thread.start()
+        finished = stopping.wait(30)
+        stopping.set()
+        thread.join(10)
+        consumer.release()
+        connection.close()
+
+        assert finished, ran
+        assert ran == [("m0", 1), ("m1", 1), ("m2", 1), ("m3", 1), ("m4", 1)]
+        assert topic.join(timeout=10) is True
+        stats = topic.stats()
+        assert (stats.delivered, stats.dead_lettered, stats.timed_out) == (5, 0, 0)
+        topic.destroy()
+
+
+class _TakenBack:
+    """A delivery Redis took back while its handler ran: acking it is refused."""
+
+    pending = True
+    message_id = "m-late"
+
+    def ack(self) -> None:
+        raise SettlementError(self.message_id, "taken back by Redis (late)")
+
+
+def test_an_auto_ack_refused_as_late_is_logged_and_the_member_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="runtime"):
+        run_handler(lambda delivery: None, _TakenBack(), True, "t")  # type: ignore[arg-type]
+
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "m-late was taken back before its handler returned" in caplog.text
