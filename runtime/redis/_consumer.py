@@ -28,12 +28,12 @@ quarter of ``ack_timeout`` when that is shorter): how late a redelivery can star
 one script call per member per period."""
 TRIM_EVERY = 1.0
 """Seconds between a member's trims of the stream (entries every group settled go)."""
-FLUSH_AFTER = 0.005
+FLUSH_AFTER = 0.025
 """Seconds a batched ack may wait for its neighbours before the member sends them. Acks
 usually leave sooner, with the member's next read (a read holds about
-`runtime.redis._member.READ_WORK` of handler time, less than this); this bounds a batch
-that runs long, as the in-memory members' flusher does. Each flush is a round trip
-the member waits for."""
+`runtime.redis._member.READ_WORK` of handler time, less than this, so they seldom take a
+round trip of their own); this bounds a batch that runs long, as the in-memory members'
+flusher does. Each flush is a round trip the member waits for."""
 
 
 def consumer_name(subscriber_id: int) -> str:

@@ -22,10 +22,12 @@ logger = logging.getLogger("runtime")
 BLOCK = 0.1
 """Seconds a member's read waits for new entries: how long a stop may take to be seen."""
 _BACKOFF = 0.5  # seconds between reads while Redis does not answer
-READ_WORK = 0.004
+READ_WORK = 0.016
 """Seconds of handler time a member reads at once, once it knows its handler's time (at
 most ``prefetch`` deliveries): a slow handler reads few, so competing members share the
-end of a backlog instead of one running a large last read while the others wait."""
+end of a backlog instead of one running a large last read while the others wait. Each
+read is a round trip with its own fixed cost on both sides (the read and the acks that
+ride it), so this is the most a member may run ahead of the others, not the least."""
 
 
 class Reader(Protocol):
