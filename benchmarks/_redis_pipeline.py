@@ -7,7 +7,7 @@ flushed and ``topic.join`` saw nothing pending. The baseline is the raw redis-py
 the same server: one producer (100 XADDs per Lua call) and two consumer processes
 (XREADGROUP COUNT 100, then XACK and a counter in one pipeline), a round ending when the
 counter reached the count. Target 0.5. The extra row ``redis_pipeline/dramatiq`` (when
-dramatiq, a bench-only dependency, is installed) compares with dramatiq's RedisBroker on
+dramatiq is installed: extra ``bench``) compares with dramatiq's RedisBroker on
 the same server: this process sends, two worker processes (8 threads each) run a no-op
 actor that counts in Redis; it gets a twentieth of the messages. Target 20.
 

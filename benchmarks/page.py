@@ -191,7 +191,7 @@ logarithmic; the dashed line is the baseline's own speed.
 ## Reproduce
 
 ```bash
-pip install -e '.[spark,docs]'
+pip install -e '.[spark,docs,bench]'
 {run.strip("`")}            # or: actorbus bench{flag} --json results.json
 python -m benchmarks --list                             # the scenarios
 python -m benchmarks --only pipeline_pool latency       # a few of them

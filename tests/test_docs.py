@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
 import inspect
 import json
@@ -126,6 +127,19 @@ def test_getting_started_shows_the_readme_quickstart() -> None:
     page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
 
     assert quickstart.group(1) in RUNNABLE.findall(page)
+
+
+def test_the_extras_table_lists_each_extra_of_setup_cfg_with_its_packages() -> None:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg", encoding="utf-8")
+    extras = {name: sorted(re.split(r"[<>=!~;]", line.strip())[0]
+                           for line in value.strip().splitlines())
+              for name, value in config["options.extras_require"].items()}
+    page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    table = page.split("| extra |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `([\w-]+)` \| ([^|]+) \|", table, re.MULTILINE))
+
+    assert {name: sorted(re.findall(r"`([^`]+)`", cell)) for name, cell in rows.items()} == extras
 
 
 def _default_cells(text: str, name: str) -> list[str]:
