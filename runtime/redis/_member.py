@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from runtime.errors import BackendUnavailableError, SettlementError, TopicClosedError
 from runtime.redis._delivery import RedisDelivery
-from runtime.redis._keys import message_id_of
 
 __all__ = ["BLOCK", "MemberLoop", "PullSource", "Reader", "run_handler"]
 
@@ -94,13 +93,12 @@ class MemberLoop:
         prefetch: the most deliveries read at once (fewer for a slow handler: `read_count`).
         stopping: set to stop; a batch read but not started is left for the owner to
             hand back.
-        running: told each delivery's stream entry (`message_id_of` its partition and entry
-            id) before its handler runs ("" after).
+        running: told each delivery before its handler runs (None after).
     """
 
     def __init__(self, reader: Reader, handler: Callable[[Any], Any], *, auto_ack: bool,
                  topic: str, prefetch: int, stopping: threading.Event | Any,
-                 running: Callable[[str], None] | None = None) -> None:
+                 running: Callable[[RedisDelivery[Any] | None], None] | None = None) -> None:
         self._reader = reader
         self._handler = handler
         self._auto_ack = auto_ack
@@ -125,10 +123,10 @@ class MemberLoop:
                         reader.give_back(deliveries[ran:])
                         break
                     if running is not None:
-                        running(message_id_of(delivery.partition, delivery.entry_id))
+                        running(delivery)
                     run_handler(self._handler, delivery, self._auto_ack, self._topic)
                     if running is not None:
-                        running("")
+                        running(None)
                     ran += 1
                     reader.flush(due_only=True)
                 if ran:

@@ -22,7 +22,8 @@ from runtime.core._settings import TopicSettings
 from runtime.errors import BackendUnavailableError
 from runtime.redis._connection import Connection
 from runtime.redis._consumer import Consumer, consumer_name
-from runtime.redis._keys import TopicKeys, entry_of, message_id_of
+from runtime.redis._delivery import RedisDelivery
+from runtime.redis._keys import TopicKeys, message_id_of
 from runtime.redis._member import MemberLoop
 from runtime.redis._partitions import OwnedPartitions, give_back, running_in
 from runtime.redis._records import Codec
@@ -52,15 +53,15 @@ class _Running:
         # (milliseconds, sequence, partition); milliseconds 0: none
         self.cells = context.Array("q", 3, lock=False)
 
-    def set(self, running: str) -> None:
-        if running:
-            partition, entry_id = entry_of(running)
-            ms, _, seq = entry_id.partition("-")
-            self.cells[1] = int(seq)
-            self.cells[2] = partition
-            self.cells[0] = int(ms)
-        else:
+    def set(self, delivery: RedisDelivery[Any] | None) -> None:
+        """Record ``delivery`` as running (None: nothing runs)."""
+        if delivery is None:
             self.cells[0] = 0
+            return
+        ms, _, seq = delivery.entry_id.partition("-")
+        self.cells[1] = int(seq)
+        self.cells[2] = delivery.partition
+        self.cells[0] = int(ms)
 
     def get(self) -> str:
         ms, seq, partition = self.cells[0], self.cells[1], self.cells[2]
