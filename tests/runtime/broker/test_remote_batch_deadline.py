@@ -161,10 +161,12 @@ def test_a_batch_queued_behind_a_blocked_local_batch_is_cancelled_whole(
 
 
 def test_batches_without_backpressure_are_published_whole(bus: Bus, remote: RemoteBus) -> None:
-    topic = bus.create_topic("free", ack_timeout=None)
+    # Room for every message: the group's queue must not fill before the drain.
+    topic = bus.create_topic("free", ack_timeout=None, balanced_capacity=1000)
     subscription = topic.subscription(group="g")
-    publisher = remote.topic("free").publisher(batching=BatchSettings(max_messages=50))
-    futures = [publisher.publish(b"m%03d" % n) for n in range(150)]  # three batches
+    publisher = remote.topic("free").publisher(
+        batching=BatchSettings(max_messages=50, max_latency=60.0))
+    futures = [publisher.publish(b"m%03d" % n) for n in range(150)]  # three batches of 50
 
     publisher.flush(timeout=30)
     ids, errors = _outcomes(futures)
