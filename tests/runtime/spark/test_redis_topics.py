@@ -165,6 +165,7 @@ def test_an_undecodable_body_is_dead_lettered_and_its_neighbours_flow(
     assert [(d.reason, d.group) for d in letters] == [("error", "spark")]
 
 
+@pytest.mark.slow
 def test_a_driver_killed_inside_a_planned_batch_restarts_without_loss_or_duplicates(
     spark: Any, redis_server: RedisServer, topics: Any, tmp_path: Path
 ) -> None:

@@ -240,7 +240,7 @@ def test_error_column_routes_rows_to_dead_letters(
 def test_the_throughput_measurement_moves_every_row_of_each_run(spark: Any) -> None:
     from benchmarks._spark_throughput import measure_spark_throughput
 
-    figures = measure_spark_throughput(3000, authkey_env=KEY_ENV)
+    figures = measure_spark_throughput(3000, authkey_env=KEY_ENV, repeats=1)
 
     for prefix in ("source_", "sink_", ""):
         assert figures[f"{prefix}rows"] == figures[f"{prefix}rows_out"] == 3000, prefix

@@ -177,6 +177,7 @@ def test_an_unknown_option_is_refused_by_name(spark: Any, broker: Any) -> None:
         reader.load()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("leases", ["live", "expired"])
 def test_a_killed_driver_restarts_without_loss_or_duplicates(
     spark: Any, broker: Any, tmp_path: Path, leases: str
