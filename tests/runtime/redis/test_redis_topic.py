@@ -724,3 +724,39 @@ def test_an_auto_ack_refused_as_late_is_logged_and_the_member_goes_on(
 
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "m-late was taken back before its handler returned" in caplog.text
+
+
+def test_batched_acks_in_any_order_settle_each_once_and_refuse_one_taken_meanwhile(
+        redis_url: str, topic_name: str) -> None:
+    # One settle call fences every ack of a batch against what this consumer holds:
+    # in read order or not, and with one entry another consumer claimed meanwhile.
+    with Bus(redis=redis_url) as bus:
+        topic = bus.create_topic(topic_name, backend="redis", ack_timeout=30.0)
+        topic.create_group("g")
+        for i in range(8):
+            topic.publish(f"m{i}")
+        connection = Connection(redis_url)
+        keys = TopicKeys.of(topic_name, 0)
+        consumer = Consumer(connection, keys, topic_name, "g", 7, topic.settings, Codec(),
+                            batch_acks=True)
+        deliveries = consumer.read(8, None)
+        assert [d.message for d in deliveries] == [f"m{i}" for i in range(8)]
+        taken = deliveries[3]
+        client = redis.Redis.from_url(redis_url)
+        client.xclaim(keys.stream, "g", "other", 0, [taken.entry_id])
+
+        for batch in ([1, 0, 3, 5], [7, 6], [2, 4]):
+            for i in batch:
+                deliveries[i].ack()
+            consumer.flush()
+
+        assert [d.acked for d in deliveries] == [True] * 3 + [False] + [True] * 4
+        assert taken.timed_out
+        assert topic.stats().delivered == 7
+        held = client.xpending_range(keys.stream, "g", "-", "+", 10)
+        assert [(h["message_id"].decode(), h["consumer"].decode()) for h in held] == [
+            (taken.entry_id, "other")]
+        client.close()
+        consumer.release()
+        connection.close()
+        topic.destroy()
