@@ -568,7 +568,8 @@ return count
 # A Spark source reads a group through one consumer whose pending entries are its lease
 # log: `TAKE_RANGE` (driver, planning a batch) moves entries into that consumer's pending
 # list and answers only the last id; the executors read a range of them with XPENDING and
-# XRANGE, changing nothing, so a retried or replayed batch reads the same entries;
+# XRANGE (XRANGE alone where the batch took every entry of the range: see TAKE_RANGE),
+# changing nothing, so a retried or replayed batch reads the same entries;
 # `ACK_THROUGH` (driver, once a batch is committed) acks every one up to an id, with the
 # settle script's bookkeeping. Payloads never leave Redis on the driver's calls.
 
@@ -595,15 +596,24 @@ local chunk = 1000
 local held = redis.call('XPENDING', stream, group, '(' .. after, '+', rows, consumer)
 local last, count = after, #held
 if count > 0 then last = held[count][1] end
--- How many entries up to `upto` the group has not read yet: the entries added up to it
--- less the group's read counter, when Redis knows that counter; else counted in the stream.
-local function unread(n)
-  local from, read = nil, nil
+-- The group's last delivered id and read counter (nil: no such group)
+local function position()
   for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
     local fields = {}
     for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
-    if fields['name'] == group then from, read = fields['last-delivered-id'], fields['entries-read'] end
+    if fields['name'] == group then return fields['last-delivered-id'], fields['entries-read'] end
   end
+  return nil, nil
+end
+-- Where the new entries start: when this batch holds nothing else, every entry of the
+-- stream from there to its last id is one it takes, in order (this script runs alone),
+-- and the executors read them with XRANGE alone.
+local start = ''
+if count == 0 then start = position() or '' end
+-- How many entries up to `upto` the group has not read yet: the entries added up to it
+-- less the group's read counter, when Redis knows that counter; else counted in the stream.
+local function unread(n)
+  local from, read = position()
   if not from then return 0 end
   if type(read) == 'number' then return math.max(0, math.min(n, added - read)) end
   return #redis.call('XRANGE', stream, '(' .. from, upto, 'COUNT', n)
@@ -634,7 +644,9 @@ end
 for i = 1, #others, 1000 do
   redis.call('XACK', stream, group, unpack(others, i, math.min(i + 999, #others)))
 end
-return {last, count}
+-- `start` ('' when the executors must look up what this consumer holds in the range)
+if #others > 0 or count == 0 then start = '' end
+return {last, count, start}
 """
 
 ACK_THROUGH = _SETTLING + """

@@ -25,7 +25,8 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.redis._records import Codec, UndecodableError, optional
 
-__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "staged_rows"]
+__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "staged_rows",
+           "taken_slice"]
 
 logger = logging.getLogger(__name__)
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
@@ -63,14 +64,16 @@ class HeldSlice:
     reading runs on the executors, not on the Redis server's one thread).
 
     Attributes:
-        attempts: each pending entry's delivery count, by entry id.
+        attempts: each pending entry's delivery count, by entry id; None when the
+            consumer holds every entry of the slice, each at its first attempt (the batch
+            took that stretch of the stream whole).
         entries: the stream's entries from the first pending id to the last, as Redis
             sends them: ``[id, [field, value, ...]]``; an entry the consumer does not
             hold is not a row.
         last: the last pending id read: the next slice starts after it.
     """
 
-    attempts: dict[bytes, int]
+    attempts: dict[bytes, int] | None
     entries: list[list[Any]]
     last: str
 
@@ -87,20 +90,32 @@ def held_slice(reader: Any, stream: str, group: str, consumer: str, after: str, 
     return HeldSlice({p[0]: p[3] for p in held}, entries, held[-1][0].decode())
 
 
+def taken_slice(reader: Any, stream: str, after: str, upto: str, count: int) -> HeldSlice | None:
+    """Up to ``count`` entries of the stream after id ``after`` up to ``upto``, all held
+    by the consumer at their first attempt, or None when there are none. ``reader``: as
+    for `held_slice`."""
+    entries = reader.execute_command("XRANGE", stream, f"({after}", upto, "COUNT", count)
+    if not entries:
+        return None
+    return HeldSlice(None, entries, entries[-1][0].decode())
+
+
 def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
                schema: StructType) -> pa.RecordBatch:
     """The rows of one slice in exactly Spark's Arrow schema. An entry whose body is no
     payload (refused by the restricted unpickler, or an object JSON cannot encode) is
     dead-lettered ``error`` and left out; so is a held entry deleted from the stream."""
-    entries = [entry for entry in held.entries if entry[0] in held.attempts]
+    attempts = held.attempts
+    entries = held.entries if attempts is None else [e for e in held.entries if e[0] in attempts]
     ids = [entry_id for entry_id, _ in entries]
-    if all(len(fields) == 2 and fields[0] == b"b" for _, fields in entries):
-        # A body alone: a Message with neither key nor attributes, not replayed (most)
-        message_ids, bodies = ids, [fields[1] for _, fields in entries]
-        keys, attributes = pa.nulls(len(ids), pa.string()), _attributes([None] * len(ids))
+    # A body alone: a Message with neither key nor attributes, not replayed (most)
+    bodies = [fields[1] for _, fields in entries if len(fields) == 2 and fields[0] == b"b"]
+    if len(bodies) == len(entries):
+        message_ids = ids
+        keys, attributes = pa.nulls(len(ids), pa.string()), _no_attributes(len(ids))
     else:
         named = _decoded([(i, dict(zip(f[::2], f[1::2], strict=True))) for i, f in entries],
-                         held.attempts, limits, connection)
+                         attempts, limits, connection)
         ids = [entry_id for entry_id, _ in named]
         message_ids = [fields.get(b"r") or entry_id for entry_id, fields in named]
         bodies = [fields.get(b"b", b"") for _, fields in named]
@@ -115,7 +130,8 @@ def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
         "attributes": attributes,
         "published_at": pc.multiply(millis.cast(pa.int64()), 1000).cast(
             pa.timestamp("us", tz="UTC")),
-        "attempt": pa.array([held.attempts[i] for i in ids], pa.int32()),
+        "attempt": (pa.repeat(pa.scalar(1, pa.int32()), len(ids)) if attempts is None
+                    else pa.array([attempts[i] for i in ids], pa.int32())),
     }
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     arrays = [columns[field.name] for field in arrow_schema]
@@ -124,7 +140,7 @@ def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
         schema=arrow_schema)
 
 
-def _decoded(entries: list[tuple[bytes, dict[bytes, bytes]]], attempts: dict[bytes, int],
+def _decoded(entries: list[tuple[bytes, dict[bytes, bytes]]], attempts: dict[bytes, int] | None,
              limits: Limits, connection: Connection) -> list[tuple[bytes, dict[bytes, bytes]]]:
     """The entries with each pickled body replaced by its payload bytes; an entry whose
     body cannot be decoded is dead-lettered and left out."""
@@ -136,7 +152,8 @@ def _decoded(entries: list[tuple[bytes, dict[bytes, bytes]]], attempts: dict[byt
                 message, _, _ = codec.message(message_id, fields)
                 fields = fields | {b"b": encode_payload(message), b"f": b"m"}
             except (UndecodableError, PayloadError) as exc:
-                limits.bury(connection, entry_id.decode(), attempts[entry_id], str(exc))
+                limits.bury(connection, entry_id.decode(),
+                            1 if attempts is None else attempts[entry_id], str(exc))
                 continue
         kept.append((entry_id, fields))
     return kept
@@ -151,6 +168,13 @@ def _keys(keys: list[bytes | None]) -> pa.Array:
     except pa.ArrowInvalid:
         return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys],
                         pa.string())
+
+
+def _no_attributes(rows: int) -> pa.Array:
+    """``rows`` empty attribute maps."""
+    return pa.MapArray.from_arrays(
+        pa.repeat(pa.scalar(0, pa.int32()), rows + 1), pa.array([], pa.string()),
+        pa.array([], pa.string()), type=_TEXT_MAP)
 
 
 def _attributes(column: list[bytes | None]) -> pa.Array:

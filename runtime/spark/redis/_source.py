@@ -2,13 +2,16 @@
 
 The query is the consumer ``consumer`` of the topic's consumer group ``group``, and that
 consumer's pending entries are its lease log. An offset names, per topic partition, the
-last entry id a batch reaches: ``{"ids": [id per partition], "redis": [url, topic,
-group, consumer]}``. A batch is, per partition, this consumer's pending entries after
-the start offset's id up to the end offset's. Where each call runs:
+last entry id a batch reaches: ``{"ids": [id per partition], "from": [id or "" per
+partition], "redis": [url, topic, group, consumer]}``. A batch is, per partition, this
+consumer's pending entries after the start offset's id up to the end offset's; where the
+batch took every stream entry after id ``from`` up to its end (it held nothing there
+before and skipped no replay meant for another group), those are exactly that stretch
+of the stream, read without looking up what the consumer holds. Where each call runs:
 
 - driver runner: ``latestOffset`` moves new entries into the consumer's pending list
-  (one script per partition, all sent together, each answering only the last id and a
-  count: no payload reaches the driver), then acks the committed batch before them
+  (one script per partition, all sent together, each answering only the last id, a
+  count and ``from``: no payload reaches the driver), then acks the committed batch before them
   through the settle script's bookkeeping (outcomes, stats, the settled records) on a
   thread of its own while the executors read; ``stop`` acks the last committed batch;
 - executors: ``read``, one task per topic partition, reads its range of pending entries
@@ -46,7 +49,7 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.spark._options import RedisSourceOptions
 from runtime.spark._source import read_limit, rows_of
-from runtime.spark.redis._rows import HeldSlice, Limits, held_batch, held_slice
+from runtime.spark.redis._rows import HeldSlice, Limits, held_batch, held_slice, taken_slice
 
 __all__ = ["HeldRange", "RedisStreamReader", "ack_through", "redis_offset_name"]
 
@@ -96,13 +99,16 @@ def ack_through(connection: Connection, topic: str, group: str, consumer: str,
 
 
 class HeldRange(InputPartition):
-    """Topic partition ``partition``'s entries after id ``after`` up to ``upto``."""
+    """Topic partition ``partition``'s entries after id ``after`` up to ``upto``: every
+    stream entry after ``start`` up to ``upto`` when ``start`` is set (the batch took them
+    all), else those this consumer holds."""
 
-    def __init__(self, partition: int, after: str, upto: str) -> None:
-        super().__init__((partition, after, upto))
+    def __init__(self, partition: int, after: str, upto: str, start: str = "") -> None:
+        super().__init__((partition, after, upto, start))
         self.partition = partition
         self.after = after
         self.upto = upto
+        self.start = start
 
 
 class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -140,7 +146,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """The start of every partition: a fresh query first reads what the consumer
         still holds (what an earlier run never committed), then new entries."""
-        return self._offset([FIRST_ID] * self.settings.partitions)
+        return self._offset([FIRST_ID] * self.settings.partitions,
+                            [""] * self.settings.partitions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``max_messages_per_batch`` as Spark's admission control."""
@@ -154,7 +161,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Take the next batch's entries, then ack ``start`` in the background (its batch
         is committed: Spark plans the next batch only after the previous one's commit-log
         entry): the executors read while Redis acks."""
-        first = self._ids(start)
+        first, starts = self._ids(start), self._starts(start)
         self._await_ack()
         connection = self._connect()
         streams = [TopicKeys.of(self.options.topic, p).stream for p in range(len(first))]
@@ -164,17 +171,24 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         targets = self._targets or [("", 0)] * len(first)
         total = self._rows(limit)
         share = UNLIMITED_ROWS if total is None else max(1, math.ceil(total / len(first)))
-        ends, counts = self._take(connection, streams, first, targets, [share] * len(first))
+        ends, counts, taken = self._take(connection, streams, first, targets,
+                                         [share] * len(first))
         spare = 0 if total is None else total - sum(counts)
         full = [p for p, count in enumerate(counts) if count >= share]
         if spare > 0 and full:
             # What partitions that ran short left of the limit goes to those that did not
             more = [math.ceil(spare / len(full)) if p in full else 0 for p in range(len(first))]
-            ends, _ = self._take(connection, streams, ends, targets, more)
+            middle = ends
+            ends, added, after_middle = self._take(connection, streams, middle, targets, more)
+            # Still one stretch of the stream where the second take began at the first's end
+            taken = [start if not n or (start and then == middle[p]) else "" for p, (start, then, n)
+                     in enumerate(zip(taken, after_middle, added, strict=True))]
         if self._acker is None:
             self._acker = ThreadPoolExecutor(1, "actorbus-redis-ack")
         self._acking = self._acker.submit(self.ack, first)
-        return self._offset(ends)
+        # A partition that took nothing keeps its start: no new entries, the same offset
+        return self._offset(ends, [was if end == begin else now for begin, end, was, now in zip(
+            first, ends, starts, taken, strict=True)])
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One read task per topic partition whose range is not empty.
@@ -182,8 +196,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises:
             ValueError: the offsets name another partition count than the topic has.
         """
-        first, last = self._ids(start), self._ids(end)
-        return [HeldRange(p, a, b) for p, (a, b) in enumerate(zip(first, last, strict=True))
+        first, last, starts = self._ids(start), self._ids(end), self._starts(end)
+        return [HeldRange(p, a, b, s) for p, (a, b, s) in enumerate(zip(first, last, starts, strict=True))
                 if a != b]
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -251,18 +265,20 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return min(rows, cap) if rows and cap else rows or cap
 
     def _take(self, connection: Connection, streams: list[str], after: list[str],
-              targets: list[tuple[str, int]], rows: list[int]) -> tuple[list[str], list[int]]:
+              targets: list[tuple[str, int]], rows: list[int],
+              ) -> tuple[list[str], list[int], list[str]]:
         """Take up to ``rows[p]`` entries past ``after[p]`` into this consumer's pending
         list in each partition ``p`` (one round trip; none where ``rows[p]`` is 0); the
-        last id each reaches and how many it took."""
+        last id each reaches, how many it took, and the id after which it took every
+        entry of the stream ("" where it did not: see the module)."""
         calls = [p for p, count in enumerate(rows) if count]
         replies = connection.pipelined("TAKE_RANGE", [
             ([streams[p]], [self.options.group, self.options.consumer, after[p], rows[p],
                             *targets[p]]) for p in calls])
-        ends, counts = list(after), [0] * len(after)
-        for p, (last, count) in zip(calls, replies, strict=True):
-            ends[p], counts[p] = last.decode(), int(count)
-        return ends, counts
+        ends, counts, starts = list(after), [0] * len(after), [""] * len(after)
+        for p, (last, count, start) in zip(calls, replies, strict=True):
+            ends[p], counts[p], starts[p] = last.decode(), int(count), start.decode()
+        return ends, counts, starts
 
     def _ids(self, offset: dict[str, Any]) -> list[str]:
         ids = [str(i) for i in offset["ids"]]
@@ -272,8 +288,12 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{len(ids)} partitions, the topic has {self.settings.partitions}")
         return ids
 
-    def _offset(self, ids: list[str]) -> dict[str, Any]:
-        return {"ids": ids, REDIS_FIELD: self._name}
+    def _starts(self, offset: dict[str, Any]) -> list[str]:
+        """Each partition's ``from`` (all "" in a checkpoint written before it existed)."""
+        return [str(i) for i in offset.get("from") or [""] * self.settings.partitions]
+
+    def _offset(self, ids: list[str], starts: list[str]) -> dict[str, Any]:
+        return {"ids": ids, "from": starts, REDIS_FIELD: self._name}
 
 
 def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
@@ -286,11 +306,13 @@ def read_held(connection: Connection, options: RedisSourceOptions, settings: Top
 
     def fetch(after: str) -> HeldSlice | None:
         with connection.guard():
+            if partition.start:
+                return taken_slice(reader, keys.stream, after, partition.upto, SLICE_ROWS)
             return held_slice(reader, keys.stream, options.group, options.consumer, after,
                               partition.upto, SLICE_ROWS)
 
     with ThreadPoolExecutor(1, "actorbus-redis-read") as prefetch:
-        held = fetch(partition.after)
+        held = fetch(partition.start or partition.after)
         while held is not None:
             following = prefetch.submit(fetch, held.last) if held.last != partition.upto else None
             batch = held_batch(held, limits, connection, schema)

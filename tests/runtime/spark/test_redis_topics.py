@@ -322,17 +322,12 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
     from pyspark.sql.streaming.datasource import ReadMaxRows
     from pyspark.sql.types import StructType
 
-    from runtime.spark._options import RedisSourceOptions
     from runtime.spark.redis._source import RedisStreamReader
 
     source, _ = topics()
     publish_all(source, [f"m{n}".encode() for n in range(30)])
-    options = RedisSourceOptions.parse(
-        {"redis": redis_server.url, "topic": source.name, "group": "spark"})
-    connection = options.connect()
-    reader = RedisStreamReader(options, StructType(), options.check(connection, "spark"))
-    client = redis.Redis.from_url(redis_server.url)
-    stream = TopicKeys.of(source.name).stream
+    options, connection, settings, client, stream = planning(redis_server.url, source)
+    reader = RedisStreamReader(options, StructType(), settings)
     try:
         ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
         reader.prepareForTriggerAvailableNow()
@@ -357,6 +352,18 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
     assert (group["last-delivered-id"].decode(), held) == (ids[29], 0)
 
 
+def planning(url: str, source: Any) -> tuple[Any, Any, Any, Any, str]:
+    """What planning without a query needs on ``source``'s group "spark": its parsed
+    options, a connection, the topic's recorded settings, a plain client and the stream
+    of partition 0 (the caller closes both connections)."""
+    from runtime.spark._options import RedisSourceOptions
+
+    options = RedisSourceOptions.parse({"redis": url, "topic": source.name, "group": "spark"})
+    connection = options.connect()
+    settings = options.check(connection, "spark")
+    return options, connection, settings, redis.Redis.from_url(url), TopicKeys.of(source.name).stream
+
+
 def test_stop_acks_the_last_committed_batch_and_leaves_the_rest(
     redis_server: RedisServer, topics: Any
 ) -> None:
@@ -365,17 +372,11 @@ def test_stop_acks_the_last_committed_batch_and_leaves_the_rest(
     from pyspark.sql.streaming.datasource import ReadMaxRows
     from pyspark.sql.types import StructType
 
-    from runtime.spark._options import RedisSourceOptions
     from runtime.spark.redis._source import RedisStreamReader
 
     source, _ = topics()
     publish_all(source, [f"m{n}".encode() for n in range(25)])
-    options = RedisSourceOptions.parse(
-        {"redis": redis_server.url, "topic": source.name, "group": "spark"})
-    connection = options.connect()
-    settings = options.check(connection, "spark")
-    client = redis.Redis.from_url(redis_server.url)
-    stream = TopicKeys.of(source.name).stream
+    options, connection, settings, client, stream = planning(redis_server.url, source)
     try:
         first_run = RedisStreamReader(options, StructType(), settings)
         first = first_run.latestOffset(first_run.initialOffset(), ReadMaxRows(10))
@@ -394,36 +395,96 @@ def test_stop_acks_the_last_committed_batch_and_leaves_the_rest(
 
 
 def test_a_batch_limit_left_by_a_short_partition_goes_to_the_others(
-    redis_server: RedisServer, bus: Bus
+    spark: Any, redis_server: RedisServer, bus: Bus
 ) -> None:
     """``max_messages_per_batch`` bounds the whole batch: a partition holding less than
-    its share leaves the rest to the partitions that hold more."""
+    its share leaves the rest to the partitions that hold more (in a second take that
+    continues the first's stretch of the stream)."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
-    from pyspark.sql.types import StructType
 
     from runtime.redis._keys import partition_of
-    from runtime.spark._options import RedisSourceOptions
-    from runtime.spark.redis._source import RedisStreamReader
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader, read_held
 
     source = bus.create_topic(f"short-{uuid.uuid4().hex[:10]}", backend="redis", partitions=2)
     source.create_group("spark")
     keys = {partition_of(f"k{n}", 2): f"k{n}" for n in range(10)}
     for n in range(40):  # 30 in partition 0, 10 in partition 1
         source.publish(f"m{n}".encode(), key=keys[0] if n % 4 else keys[1])
-    options = RedisSourceOptions.parse(
-        {"redis": redis_server.url, "topic": source.name, "group": "spark"})
-    connection = options.connect()
-    reader = RedisStreamReader(options, StructType(), options.check(connection, "spark"))
-    client = redis.Redis.from_url(redis_server.url)
+    options, connection, settings, client, _ = planning(redis_server.url, source)
+    schema = spark.createDataFrame([], SOURCE_SCHEMA).schema
+    reader = RedisStreamReader(options, schema, settings)
     try:
-        reader.latestOffset(reader.initialOffset(), ReadMaxRows(36))
+        begin = reader.initialOffset()
+        end = reader.latestOffset(begin, ReadMaxRows(36))
         held = [client.xpending(TopicKeys.of(source.name, p).stream, "spark")["pending"]
                 for p in range(2)]
+        read = [[row["payload"] for batch in read_held(connection, options, settings, schema, part)
+                 for row in batch.to_pylist()] for part in reader.partitions(begin, end)]
     finally:
         reader.stop()
         connection.close()
         client.close()
     assert held == [26, 10]  # shares of 18: partition 1 had 10, its 8 went to partition 0
+    assert "" not in end["from"]
+    assert read == [[f"m{n}".encode() for n in range(40) if n % 4][:26],
+                    [f"m{n}".encode() for n in range(0, 40, 4)]]
+
+
+def test_a_batch_that_took_a_stretch_of_the_stream_reads_it_alone_and_alike_again(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    """Planning and reading without a query: a batch that took every entry after some id
+    reads that stretch with XRANGE alone, the same rows on every read, and skips what
+    another consumer of the group took before it; a batch that starts with entries held
+    from an earlier run, or an offset from before ``from`` existed, looks them up."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader, read_held
+
+    schema = spark.createDataFrame([], SOURCE_SCHEMA).schema
+    source, _ = topics()
+    publish_all(source, [f"m{n}".encode() for n in range(40)])
+    options, connection, settings, client, stream = planning(redis_server.url, source)
+    ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
+
+    def rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
+        (part,) = reader.partitions(start, end)
+        return [(r["message_id"], r["payload"], r["attributes"], r["attempt"])
+                for batch in read_held(connection, options, settings, schema, part)
+                for r in batch.to_pylist()]
+
+    try:
+        reader = RedisStreamReader(options, schema, settings)
+        begin = reader.initialOffset()
+        first = reader.latestOffset(begin, ReadMaxRows(12))
+        first_rows = rows(reader, begin, first)
+        again = rows(reader, begin, first)
+        client.xreadgroup("spark", "other", {stream: ">"}, count=5)  # ids[12:17]
+        second = reader.latestOffset(first, ReadMaxRows(12))
+        second_rows = rows(reader, first, second)
+        reader.stop()  # the second batch was never committed: it stays held
+        held_run = RedisStreamReader(options, schema, settings)
+        third = held_run.latestOffset(held_run.initialOffset(), ReadMaxRows(20))
+        third_rows = rows(held_run, held_run.initialOffset(), third)
+        old_style = rows(held_run, {"ids": ["0-0"], "redis": third["redis"]},
+                         {"ids": third["ids"], "redis": third["redis"]})
+        held_run.stop()
+    finally:
+        connection.close()
+        client.close()
+    assert first["from"] != [""] and second["from"] == [ids[16]]
+    assert [r[0] for r in first_rows] == ids[:12] and again == first_rows
+    assert [r[1] for r in first_rows] == [f"m{n}".encode() for n in range(12)]
+    assert [r[2] for r in first_rows[:2]] == [[("n", "0")], [("n", "1")]]
+    assert {r[3] for r in first_rows + second_rows} == {1}
+    assert [r[0] for r in second_rows] == ids[17:29]
+    # the second batch's 12 (held, never committed), then 8 new entries: looked up in the
+    # pending list, past the 5 the other consumer holds
+    assert third["from"] == [""]
+    assert [r[0] for r in third_rows] == ids[17:37]
+    assert old_style == third_rows
 
 
 @pytest.fixture(scope="module")
