@@ -112,7 +112,7 @@ def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
     bodies = [fields[1] for _, fields in entries if len(fields) == 2 and fields[0] == b"b"]
     if len(bodies) == len(entries):
         message_ids = ids
-        keys, attributes = pa.nulls(len(ids), pa.string()), _no_attributes(len(ids))
+        keys, attributes = pa.nulls(len(ids), pa.string()), _attributes([None] * len(ids))
     else:
         named = _decoded([(i, dict(zip(f[::2], f[1::2], strict=True))) for i, f in entries],
                          attempts, limits, connection)
@@ -170,15 +170,13 @@ def _keys(keys: list[bytes | None]) -> pa.Array:
                         pa.string())
 
 
-def _no_attributes(rows: int) -> pa.Array:
-    """``rows`` empty attribute maps."""
-    return pa.MapArray.from_arrays(
-        pa.repeat(pa.scalar(0, pa.int32()), rows + 1), pa.array([], pa.string()),
-        pa.array([], pa.string()), type=_TEXT_MAP)
-
-
 def _attributes(column: list[bytes | None]) -> pa.Array:
-    """The attribute maps (empty where an entry has none)."""
+    """The attribute maps (empty where an entry has none); no per-row work when no entry
+    has any."""
+    if not any(column):
+        return pa.MapArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), len(column) + 1), pa.array([], pa.string()),
+            pa.array([], pa.string()), type=_TEXT_MAP)
     bounds, names, values = [0], list[str](), list[str]()
     for raw in column:
         if raw:

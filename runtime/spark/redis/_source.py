@@ -161,7 +161,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Take the next batch's entries, then ack ``start`` in the background (its batch
         is committed: Spark plans the next batch only after the previous one's commit-log
         entry): the executors read while Redis acks."""
-        first, starts = self._ids(start), self._starts(start)
+        first = self._ids(start)
         self._await_ack()
         connection = self._connect()
         streams = [TopicKeys.of(self.options.topic, p).stream for p in range(len(first))]
@@ -179,16 +179,16 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # What partitions that ran short left of the limit goes to those that did not
             more = [math.ceil(spare / len(full)) if p in full else 0 for p in range(len(first))]
             middle = ends
-            ends, added, after_middle = self._take(connection, streams, middle, targets, more)
-            # Still one stretch of the stream where the second take began at the first's end
-            taken = [start if not n or (start and then == middle[p]) else "" for p, (start, then, n)
-                     in enumerate(zip(taken, after_middle, added, strict=True))]
+            ends, added, began = self._take(connection, streams, middle, targets, more)
+            for p, count in enumerate(added):
+                if count and began[p] != middle[p]:  # others read between the two takes
+                    taken[p] = ""
         if self._acker is None:
             self._acker = ThreadPoolExecutor(1, "actorbus-redis-ack")
         self._acking = self._acker.submit(self.ack, first)
-        # A partition that took nothing keeps its start: no new entries, the same offset
-        return self._offset(ends, [was if end == begin else now for begin, end, was, now in zip(
-            first, ends, starts, taken, strict=True)])
+        if ends == first:  # nothing new: the same offset, so Spark plans no batch
+            return start
+        return self._offset(ends, taken)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One read task per topic partition whose range is not empty.
