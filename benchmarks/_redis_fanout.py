@@ -8,7 +8,11 @@ compared with the best speedup of the standard library's pools in their best
 configuration (fork ``ProcessPoolExecutor(2).map`` and ``mp.Pool(2).imap_unordered``,
 given every message at once, chunks of 25), all in the same rounds. Target 0.9. The
 extra row ``redis_fanout_cpu/publish1`` publishes one message at a time
-(``topic.publish``, one Redis round trip each) against the same baseline; report only.
+(``topic.publish``, one Redis round trip each) against the same baseline, and the extra
+row ``redis_fanout_cpu/raw`` compares our speedup with the raw redis-py fan-out's on the
+same server and handler (`RawCeiling`: 100 XADDs per Lua call, two consumer processes
+reading 100 at a time, each message spun, then XACK): what Redis and its client cost
+before any tracking, on the same cores. Both report only.
 The Redis is the one of ``redis_pipeline`` (``ACTORBUS_BENCH_REDIS``, or a redis-server
 of its own); without one the rows are skipped with the reason.
 """
@@ -23,10 +27,17 @@ from typing import Any
 
 from runtime import Bus
 
-from ._cpu_scaling import fanout_messages, publish_each, speedups, spin_delivery, stdlib_sides
+from ._cpu_scaling import (
+    fanout_messages,
+    publish_each,
+    speedups,
+    spin_delivery,
+    spin_message,
+    stdlib_sides,
+)
 from ._harness import Comparison, Profile, Scenario
 from ._measure import interleave
-from ._redis_pipeline import redis_url, run_ours
+from ._redis_pipeline import RawCeiling, redis_url, run_ours
 
 __all__ = ["SCENARIOS"]
 
@@ -43,27 +54,43 @@ def _one_at_a_time(topic: Any, messages: list[bytes]) -> float:
     return time.perf_counter() - start
 
 
+def _raw(ceiling: RawCeiling, messages: list[bytes]) -> float:
+    start = time.perf_counter()
+    ceiling.run(messages)
+    return time.perf_counter() - start
+
+
 def measure(profile: Profile) -> tuple[Comparison, ...]:
-    """Speedup over serial: a Redis topic's 2 workers vs the best stdlib pool."""
+    """Speedup over serial: a Redis topic's 2 workers vs the best stdlib pool (and vs the
+    raw redis-py fan-out)."""
     messages, iterations = fanout_messages(profile, 4_000)
     with redis_url() as url, stdlib_sides(messages, iterations) as sides, \
             Bus(redis=url) as bus:
-        topic: Any = bus.create_topic(f"bench-redis-fanout-{uuid.uuid4().hex[:8]}",
-                                      backend="redis")
+        raw = RawCeiling(url, partial(spin_message, iterations))
         try:
-            topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2,
-                            auto_ack=True)
-            publisher = topic.publisher()
-            sides["ours"] = partial(_through_publisher, topic, publisher, messages)
-            sides["publish1"] = partial(_one_at_a_time, topic, messages)
-            medians = interleave(sides, repeats=profile.repeats)
-            publisher.close()
+            topic: Any = bus.create_topic(f"bench-redis-fanout-{uuid.uuid4().hex[:8]}",
+                                          backend="redis")
+            try:
+                topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2,
+                                auto_ack=True)
+                publisher = topic.publisher()
+                sides["ours"] = partial(_through_publisher, topic, publisher, messages)
+                sides["publish1"] = partial(_one_at_a_time, topic, messages)
+                sides["raw"] = partial(_raw, raw, messages)
+                medians = interleave(sides, repeats=profile.repeats)
+                publisher.close()
+            finally:
+                topic.destroy()
         finally:
-            topic.destroy()
+            raw.close()
+    ours = speedups(medians)
     one_at_a_time = speedups({**medians, "ours": medians["publish1"]})
-    return (speedups(medians),
+    ceiling = speedups({**medians, "ours": medians["raw"]})
+    return (ours,
             replace(one_at_a_time, suffix="publish1", target=None,
-                    baseline="best stdlib pool speedup; ours with topic.publish one at a time"))
+                    baseline="best stdlib pool speedup; ours with topic.publish one at a time"),
+            replace(ours, suffix="raw", target=None, baseline_value=ceiling.value,
+                    baseline="raw redis-py fan-out: XADD x100, 2 procs XREADGROUP 100 + XACK"))
 
 
 SCENARIOS = (

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -37,7 +37,7 @@ from runtime import Bus, Delivery
 from ._harness import Comparison, Profile, Scenario, Skip
 from ._measure import interleave, payloads, per_second
 
-__all__ = ["SCENARIOS", "TIMEOUT", "redis_url", "run_ours"]
+__all__ = ["SCENARIOS", "TIMEOUT", "RawCeiling", "redis_url", "run_ours"]
 
 TIMEOUT = 120.0
 _BATCH = 100
@@ -119,8 +119,10 @@ def run_ours(topic: Any, publisher: Any, messages: list[bytes], keys: int = 0) -
         raise RuntimeError(f"{topic.name}: {delivered} of {len(messages)} messages were acked")
 
 
-def raw_consumer(url: str, stream: str, group: str, counter: str, stop: Any) -> None:
-    """One consumer process of the ceiling: XREADGROUP COUNT 100, XACK + count them."""
+def raw_consumer(url: str, stream: str, group: str, counter: str, stop: Any,
+                 work: Callable[[bytes], Any] | None = None) -> None:
+    """One consumer process of the ceiling: XREADGROUP COUNT 100, ``work`` on each body
+    (when given), then XACK + count them."""
     import redis
 
     client: Any = redis.Redis.from_url(url)
@@ -129,7 +131,11 @@ def raw_consumer(url: str, stream: str, group: str, counter: str, stop: Any) -> 
         reply = client.xreadgroup(group, name, {stream: ">"}, count=_BATCH, block=100)
         if not reply:
             continue
-        ids = [entry_id for entry_id, _ in reply[0][1]]
+        entries = reply[0][1]
+        if work is not None:
+            for _, fields in entries:
+                work(fields[b"b"])
+        ids = [entry_id for entry_id, _ in entries]
         pipe = client.pipeline(transaction=False)
         pipe.xack(stream, group, *ids)
         pipe.incrby(counter, len(ids))
@@ -138,9 +144,10 @@ def raw_consumer(url: str, stream: str, group: str, counter: str, stop: Any) -> 
 
 
 class RawCeiling:
-    """The raw redis-py pipeline: this process produces, two processes consume."""
+    """The raw redis-py pipeline: this process produces, two processes consume (running
+    ``work`` on each message, when given)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, work: Callable[[bytes], Any] | None = None) -> None:
         import redis
 
         self._client: Any = redis.Redis.from_url(url)
@@ -151,7 +158,7 @@ class RawCeiling:
         context = multiprocessing.get_context("forkserver")
         self._stop = context.Event()
         self._consumers = [context.Process(target=raw_consumer, daemon=True, args=(
-            url, self._stream, group, self._counter, self._stop)) for _ in range(2)]
+            url, self._stream, group, self._counter, self._stop, work)) for _ in range(2)]
         for process in self._consumers:
             process.start()
 
