@@ -14,7 +14,10 @@ list with its length.
 
 Rows against the executor, in the same rounds: ``/kept`` (every future ``publish``
 returns kept and its id read, as a user checking their publishes does) and ``/bulk``
-(one ``Publisher.publish_many`` call for all the messages, its ids read).
+(one ``Publisher.publish_many`` call for all the messages, its ids read). ``/futures``
+compares ``/kept`` with its limit: one stdlib ``Future`` made per message, kept, resolved
+and read, and nothing else (the interpreter's cost of keeping a future per message, its
+collector included, which ``map``'s one future per chunk does not pay).
 Rows against the plain path: ``/max_pending`` (a topic with
 ``max_pending=100000``, never reached), ``/ordered``
 (``message_ordering`` with 16 keys) and ``/ordered_fc`` (the same under
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from itertools import cycle
@@ -189,6 +192,14 @@ def _run_kept(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) ->
     _check(len({future.result(0) for future in futures}), len(messages))
 
 
+def _futures_only(messages: list[bytes]) -> None:
+    """The limit of `_run_kept`: a future per message, kept, resolved with an id and read."""
+    futures: list[Future[bytes]] = [Future() for _ in messages]
+    for future, message in zip(futures, messages, strict=True):
+        future.set_result(message[:12])
+    _check(len({future.result(0) for future in futures}), len(messages))
+
+
 def _run_bulk(topic: Topic[Any], publisher: Publisher, messages: list[bytes]) -> None:
     """`run_pipeline` with one ``publish_many`` call, reading every id it returns."""
     before = topic.stats().delivered
@@ -255,6 +266,7 @@ def measure_pool(profile: Profile) -> tuple[Comparison, ...]:
             "bounded": _rate(messages, run_pipeline, sides.bounded, sides.bounded_publisher),
             "kept": _rate(messages, _run_kept, sides.topic, sides.keeping),
             "bulk": _rate(messages, _run_bulk, sides.topic, sides.bulk),
+            "futures": _rate(messages, _futures_only),
             "ordered": _rate(messages, run_ordered, sides.topic, sides.ordered),
             "ordered_fc": _rate(messages, run_ordered, sides.topic, sides.ordered_fc),
             "executor": _rate(messages, run_executor, executor),
@@ -283,6 +295,8 @@ def _comparisons(medians: dict[str, float]) -> tuple[Comparison, ...]:
         Comparison(value=medians["kept"], baseline_value=medians["executor"], suffix="kept",
                    baseline="fork ProcessPoolExecutor(2).map (every future kept and read)",
                    target=0.6),
+        Comparison(value=medians["kept"], baseline_value=medians["futures"], suffix="futures",
+                   baseline="a stdlib Future per message, kept, set and read (limit of /kept)"),
         Comparison(value=medians["bulk"], baseline_value=medians["executor"], suffix="bulk",
                    baseline="fork ProcessPoolExecutor(2).map (publish_many, ids read)",
                    target=1.0),

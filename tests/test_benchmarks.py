@@ -45,7 +45,7 @@ def test_smoke_run_gives_every_scenario_but_spark_a_number(
     assert {row["name"] for row in rows} >= {
         "pipeline_inproc/limit", "pipeline_pool/pool", "pipeline_pool/kernel", "pipeline_pool/queue",
         "pipeline_pool/max_pending", "pipeline_pool/ordered", "pipeline_pool/ordered_fc",
-        "pipeline_pool/publish1", "pipeline_pool/kept", "pipeline_pool/bulk",
+        "pipeline_pool/publish1", "pipeline_pool/kept", "pipeline_pool/futures", "pipeline_pool/bulk",
         "pipeline_pinned/free", "pipeline_pinned/ordered",
         "pipeline_pinned/ordered_fc", "latency/p99", "batching/thread"}
     for row in rows:
