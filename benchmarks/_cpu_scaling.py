@@ -35,7 +35,7 @@ from ._measure import Round, interleave, payloads, per_second
 from ._raw_pipe import PROTOCOL, raw_process
 
 __all__ = ["FANOUT_SCENARIOS", "SCENARIOS", "fanout_messages", "iterations_per_task",
-           "publish_each", "speedups", "spin", "spin_child", "spin_delivery", "spin_message",
+           "publish_each", "seconds", "speedups", "spin", "spin_child", "spin_delivery", "spin_message",
            "stdlib_sides"]
 
 _TIMEOUT = 120.0
@@ -143,7 +143,8 @@ def publish_each(topic: Any, messages: list[bytes]) -> None:
         raise RuntimeError(f"{topic.name}: messages still pending")
 
 
-def _seconds(work: Any) -> float:
+def seconds(work: Any) -> float:
+    """How long ``work()`` takes, in seconds."""
     start = time.perf_counter()
     work()
     return time.perf_counter() - start
@@ -169,10 +170,10 @@ def stdlib_sides(messages: list[bytes], iterations: int) -> Iterator[dict[str, R
         stack.callback(pool.join)
         stack.callback(pool.close)
         yield {
-            "serial": lambda: _seconds(partial(_serial, messages, iterations)),
-            "executor": lambda: _seconds(lambda: list(
+            "serial": lambda: seconds(partial(_serial, messages, iterations)),
+            "executor": lambda: seconds(lambda: list(
                 executor.map(work, messages, chunksize=_FANOUT_CHUNK))),
-            "pool": lambda: _seconds(lambda: list(
+            "pool": lambda: seconds(lambda: list(
                 pool.imap_unordered(work, messages, chunksize=_FANOUT_CHUNK))),
         }
 
@@ -191,7 +192,7 @@ def measure_fanout_cpu(profile: Profile) -> Comparison:
     with stdlib_sides(messages, iterations) as sides, Bus() as bus:
         topic = bus.create_topic("bench-fanout-cpu")
         topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2, auto_ack=True)
-        sides["ours"] = lambda: _seconds(partial(publish_each, topic, messages))
+        sides["ours"] = lambda: seconds(partial(publish_each, topic, messages))
         medians = interleave(sides, repeats=profile.repeats)
     return speedups(medians)
 

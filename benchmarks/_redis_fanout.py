@@ -19,8 +19,8 @@ of its own); without one the rows are skipped with the reason.
 
 from __future__ import annotations
 
-import time
 import uuid
+from contextlib import closing
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -30,6 +30,7 @@ from runtime import Bus
 from ._cpu_scaling import (
     fanout_messages,
     publish_each,
+    seconds,
     speedups,
     spin_delivery,
     spin_message,
@@ -42,47 +43,26 @@ from ._redis_pipeline import RawCeiling, redis_url, run_ours
 __all__ = ["SCENARIOS"]
 
 
-def _through_publisher(topic: Any, publisher: Any, messages: list[bytes]) -> float:
-    start = time.perf_counter()
-    run_ours(topic, publisher, messages)
-    return time.perf_counter() - start
-
-
-def _one_at_a_time(topic: Any, messages: list[bytes]) -> float:
-    start = time.perf_counter()
-    publish_each(topic, messages)
-    return time.perf_counter() - start
-
-
-def _raw(ceiling: RawCeiling, messages: list[bytes]) -> float:
-    start = time.perf_counter()
-    ceiling.run(messages)
-    return time.perf_counter() - start
-
-
 def measure(profile: Profile) -> tuple[Comparison, ...]:
     """Speedup over serial: a Redis topic's 2 workers vs the best stdlib pool (and vs the
     raw redis-py fan-out)."""
     messages, iterations = fanout_messages(profile, 4_000)
     with redis_url() as url, stdlib_sides(messages, iterations) as sides, \
-            Bus(redis=url) as bus:
-        raw = RawCeiling(url, partial(spin_message, iterations))
+            Bus(redis=url) as bus, \
+            closing(RawCeiling(url, partial(spin_message, iterations))) as raw:
+        topic: Any = bus.create_topic(f"bench-redis-fanout-{uuid.uuid4().hex[:8]}",
+                                      backend="redis")
         try:
-            topic: Any = bus.create_topic(f"bench-redis-fanout-{uuid.uuid4().hex[:8]}",
-                                          backend="redis")
-            try:
-                topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2,
-                                auto_ack=True)
-                publisher = topic.publisher()
-                sides["ours"] = partial(_through_publisher, topic, publisher, messages)
-                sides["publish1"] = partial(_one_at_a_time, topic, messages)
-                sides["raw"] = partial(_raw, raw, messages)
-                medians = interleave(sides, repeats=profile.repeats)
-                publisher.close()
-            finally:
-                topic.destroy()
+            topic.subscribe(partial(spin_delivery, iterations), group="g", workers=2,
+                            auto_ack=True)
+            publisher = topic.publisher()
+            sides["ours"] = partial(seconds, partial(run_ours, topic, publisher, messages))
+            sides["publish1"] = partial(seconds, partial(publish_each, topic, messages))
+            sides["raw"] = partial(seconds, partial(raw.run, messages))
+            medians = interleave(sides, repeats=profile.repeats)
+            publisher.close()
         finally:
-            raw.close()
+            topic.destroy()
     ours = speedups(medians)
     one_at_a_time = speedups({**medians, "ours": medians["publish1"]})
     ceiling = speedups({**medians, "ours": medians["raw"]})
