@@ -2,7 +2,10 @@
 
 - ``memory`` streaming source: the actorbus source's schema and batch sizes, rows made
   in the reading task as Arrow batches (distinct payloads), nothing on a network;
-- ``discard`` sink: an Arrow writer (batch and streaming) that counts and drops rows.
+- ``discard`` sink: an Arrow writer (batch and streaming) that counts and drops rows;
+- ``raw_redis_ceiling`` streaming source: the least a Redis Streams consumer does, with
+  redis-py alone: each task reads its stream with XREADGROUP and acks every read with
+  XACK at once (no lease log, no fence, no outcomes or stats; not replayable).
 
 What a Python data source can reach on the machine: the actorbus rows are reported as
 a ratio of these.
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -34,7 +38,7 @@ from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA
 
-__all__ = ["MemorySource", "payload_of"]
+__all__ = ["MemorySource", "RawRedisSource", "payload_of"]
 
 _CHUNK = 20_000
 _FILL = b"x" * 88
@@ -51,8 +55,9 @@ class _Range(InputPartition):
         self.start, self.end = start, end
 
 
-class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Serves ``rows`` rows in batches of ``batch``, under every trigger.
+class _FixedRun(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans ``rows`` rows in batches of ``batch``, under every trigger; the readers below
+    say where a batch's rows come from.
 
     It supports ``availableNow`` as the actorbus source does: without it, Spark wraps a
     source in a ``ReadAllAvailable`` limit for that trigger, and the ceiling ran the
@@ -76,6 +81,13 @@ class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rows = self.rows - first if isinstance(limit, ReadAllAvailable) else self.batch
         return {"offset": min(first + rows, self.rows)}
 
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to release (the raw Redis source acked each read at once)."""
+
+
+class _MemoryReader(_FixedRun):
+    """Makes each batch's rows in its reading tasks (two ranges)."""
+
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         first, last = int(start["offset"]), int(end["offset"])
         step = max(-(-(last - first) // 2), 1)
@@ -87,20 +99,25 @@ class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for first in range(partition.start, partition.end, _CHUNK):
             yield _rows(first, min(first + _CHUNK, partition.end), schema)
 
-    def commit(self, end: dict[str, int]) -> None:
-        """Nothing to release."""
-
 
 def _rows(first: int, last: int, schema: pa.Schema) -> pa.RecordBatch:
-    count = last - first
+    return _batch(pa.array([f"m{i}" for i in range(first, last)], pa.string()),
+                  [payload_of(i) for i in range(first, last)],
+                  pa.array([0] * (last - first), pa.timestamp("us", tz="UTC")), schema)
+
+
+def _batch(ids: pa.Array, payloads: list[bytes], published_at: pa.Array,
+           schema: pa.Schema) -> pa.RecordBatch:
+    """Rows with these ids, payloads and times, no key or attributes, first attempts."""
+    count = len(payloads)
     columns = {
-        "message_id": pa.array([f"m{i}" for i in range(first, last)], pa.string()),
+        "message_id": ids,
         "key": pa.nulls(count, pa.string()),
-        "payload": pa.array([payload_of(i) for i in range(first, last)], pa.binary()),
+        "payload": pa.array(payloads, pa.binary()),
         "attributes": pa.MapArray.from_arrays(
             pa.array([0] * (count + 1), pa.int32()), pa.array([], pa.string()),
             pa.array([], pa.string())),
-        "published_at": pa.array([0] * count, pa.timestamp("us", tz="UTC")),
+        "published_at": published_at,
         "attempt": pa.array([1] * count, pa.int32()),
     }
     return pa.RecordBatch.from_arrays(
@@ -156,6 +173,75 @@ class MemorySource(DataSource):
         return _DiscardStreamWriter()
 
 
+class _Stream(InputPartition):
+    def __init__(self, stream: str, rows: int) -> None:
+        super().__init__((stream, rows))
+        self.stream, self.rows = stream, rows
+
+
+class _RawRedisReader(_FixedRun):
+    """Reads each batch's entries shared over ``streams`` (one task each), as consumer
+    ``raw`` of group ``group``; an entry's fields are its body alone."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(int(options["rows"]), int(options["batch"]), schema)
+        self.url, self.group = options["url"], options["group"]
+        self.streams = options["streams"].split(",")
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        rows = int(end["offset"]) - int(start["offset"])
+        return [_Stream(stream, rows // len(self.streams)) for stream in self.streams] if rows else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        import redis
+
+        assert isinstance(partition, _Stream)
+        schema = to_arrow_schema(self.schema, timezone="UTC")
+        client: Any = redis.Redis.from_url(self.url)
+        client.set_response_callback("XREADGROUP", lambda reply, **_: reply)  # as Redis sends it
+        left = partition.rows
+        try:
+            while left > 0:
+                reply = client.execute_command("XREADGROUP", "GROUP", self.group, "raw", "COUNT",
+                                               min(_CHUNK, left), "STREAMS", partition.stream, ">")
+                if not reply:
+                    return
+                entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+                ids = [entry_id for entry_id, _ in entries]
+                client.execute_command("XACK", partition.stream, self.group, *ids)
+                left -= len(ids)
+                yield _entry_rows(ids, [fields[1] for _, fields in entries], schema)
+        finally:
+            client.close()
+
+
+def _entry_rows(ids: list[bytes], bodies: list[bytes], schema: pa.Schema) -> pa.RecordBatch:
+    """Stream entries as rows: an entry's id is its message id and holds its time."""
+    text_ids = pa.array(ids, pa.binary()).cast(pa.string())
+    millis = pc.list_element(pc.split_pattern(text_ids, "-", max_splits=1), 0)
+    published_at = pc.multiply(millis.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+    return _batch(text_ids, bodies, published_at, schema)
+
+
+class RawRedisSource(DataSource):
+    """``format("raw_redis_ceiling")``: options ``url``, ``streams`` (comma-separated
+    stream keys), ``group``, ``rows`` and ``batch``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "raw_redis_ceiling"
+
+    def schema(self) -> str:
+        """The actorbus source's columns."""
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> _RawRedisReader:
+        """Reads with redis-py alone."""
+        return _RawRedisReader(dict(self.options), schema)
+
+
 def register_ceiling(spark: Any) -> None:
-    """Register ``memory_ceiling`` with ``spark``."""
+    """Register ``memory_ceiling`` and ``raw_redis_ceiling`` with ``spark``."""
     spark.dataSource.register(MemorySource)
+    spark.dataSource.register(RawRedisSource)

@@ -17,8 +17,11 @@ is actorbus rows/s over its ceiling's: targets 0.5 (source), 0.25 (sink) and 0.5
 On a Redis (see `benchmarks._spark_throughput`), ``spark_source_redis`` (a Redis topic of
 2 partitions -> ``option("redis", url)`` source -> ``noop``) is compared with
 ``spark_source`` (the broker's) in the same run, target 1.0, and with the in-memory
-ceiling source, target 0.5 (``/ceiling``); ``spark_sink_redis`` (the cached frame ->
-Redis sink) with the discarding Arrow writer, target 0.25.
+ceiling source, target 0.5 (``/ceiling``), and, report-only (``/raw``), with the same
+topic read by redis-py alone: each task XREADGROUPs its stream and XACKs every read at
+once, with no lease log, fence, outcomes or replay (what Redis itself gives on the
+machine); ``spark_sink_redis`` (the cached frame -> Redis sink) with the discarding
+Arrow writer, target 0.25.
 
 Skipped, with the reason, when pyspark or Java is missing or the measurement does not
 exist yet -- never a made-up figure.
@@ -125,12 +128,16 @@ class SparkRun:
         return self._row(profile, "sink_")
 
     def redis_source(self, profile: Profile) -> tuple[Comparison, ...]:
-        """The Redis source next to the broker's source and to the ceiling source."""
+        """The Redis source next to the broker's source, the ceiling source and the raw
+        redis-py source."""
         redis, broker = self._row(profile, "redis_source_"), self._row(profile, "source_")
+        raw = self._row(profile, "raw_redis_source_")
         return (
             Comparison(value=redis.value, baseline_value=broker.value),
             Comparison(suffix="ceiling", baseline=_CEILING_SOURCE_LABEL, target=SOURCE_TARGET,
                        value=redis.value, baseline_value=redis.baseline_value),
+            Comparison(suffix="raw", baseline=_RAW_SOURCE_LABEL, target=None,
+                       value=redis.value, baseline_value=raw.value),
         )
 
     def redis_sink(self, profile: Profile) -> Comparison:
@@ -144,12 +151,13 @@ class SparkRun:
             RuntimeError: that run lost rows (or the measurement has no such figures).
         """
         figures = self.figures(profile)
-        if prefix.startswith("redis_") and "redis_missing" in figures:
+        if "redis_" in prefix and "redis_missing" in figures:
             raise Skip(str(figures["redis_missing"]))
         rows, moved = figures.get(f"{prefix}rows"), figures.get(f"{prefix}rows_out")
         if rows is None or moved != rows:
             raise RuntimeError(f"Spark ({prefix or 'pipeline'}) moved {moved} of {rows} rows")
-        ceiling = prefix.removeprefix("redis_")
+        # the Redis runs share the broker runs' ceilings
+        ceiling = prefix.removeprefix("raw_").removeprefix("redis_")
         return Comparison(value=float(figures[f"{prefix}rows_per_second"]),
                           baseline_value=float(figures[f"ceiling_{ceiling}rows_per_second"]))
 
@@ -157,6 +165,7 @@ class SparkRun:
 _RUN = SparkRun()
 _PIPELINE_LABEL = "in-memory source -> discarding stream writer; local[2]"
 _CEILING_SOURCE_LABEL = "in-memory streaming source -> noop; local[2], start-up incl."
+_RAW_SOURCE_LABEL = "the same topic read by redis-py alone (XREADGROUP, XACK), same batches"
 
 SCENARIOS = (
     Scenario(name="spark_source", unit="rows/s", target=SOURCE_TARGET, measure=_RUN.source,

@@ -15,7 +15,9 @@ medians reported. Every row's payload differs (`payload_of`). The benchmarks cal
 With a Redis (``ACTORBUS_BENCH_REDIS``, else a redis-server of its own, see
 `benchmarks._redis_pipeline.redis_url`) each repetition also times the source and the
 sink on a Redis topic (``option("redis", url)``): ``redis_source_`` (Redis topic ->
-source -> ``noop``) and ``redis_sink_`` (the cached frame -> batch sink -> Redis topic).
+source -> ``noop``) and ``redis_sink_`` (the cached frame -> batch sink -> Redis topic);
+and ``raw_redis_source_``: the same topic read by redis-py alone
+(``benchmarks._ceilings``' ``raw_redis_ceiling``), in the same batches.
 """
 
 from __future__ import annotations
@@ -155,16 +157,22 @@ def _sink_frame(spark: Any, rows: int) -> Any:
     return frame
 
 
-def _redis_source_only(spark: Any, bus: Any, url: str, rows: int, workdir: Path,
-                       name: str) -> dict[str, Any]:
-    """Redis topic ``name`` (2 partitions: one read task each) -> source -> ``noop``;
-    the rows acked count as moved."""
+def _redis_source_topic(bus: Any, name: str, rows: int) -> Any:
+    """Redis topic ``name`` of 2 partitions holding ``rows`` messages for group ``spark``."""
     source = bus.create_topic(name, backend="redis", ack_timeout=None, partitions=2)
     source.create_group("spark")
     publisher = source.publisher()
     for i in range(rows):
         publisher.publish(payload_of(i))
     publisher.flush(_TIMEOUT)
+    return source
+
+
+def _redis_source_only(spark: Any, bus: Any, url: str, rows: int, workdir: Path,
+                       name: str) -> dict[str, Any]:
+    """Redis topic ``name`` (2 partitions: one read task each) -> source -> ``noop``;
+    the rows acked count as moved."""
+    source = _redis_source_topic(bus, name, rows)
     began = time.perf_counter()
     _run_to_end(spark.readStream.format("actorbus").option("redis", url).option("topic", name)
                 .option("group", "spark").option("max_messages_per_batch", max(rows // 2, 1))
@@ -175,6 +183,29 @@ def _redis_source_only(spark: Any, bus: Any, url: str, rows: int, workdir: Path,
     figures = _rate(rows, source.stats().delivered, seconds)
     source.destroy()
     return figures
+
+
+def _raw_redis_source_only(spark: Any, bus: Any, url: str, rows: int, workdir: Path,
+                           name: str) -> dict[str, Any]:
+    """The same topic read by the raw redis-py source (``raw_redis_ceiling``) -> ``noop``,
+    the same batches; the rows it read count as moved."""
+    from runtime.redis._keys import TopicKeys
+
+    source = _redis_source_topic(bus, name, rows)
+    streams = ",".join(TopicKeys.of(name, p).stream for p in range(2))
+    read = spark.readStream.format("raw_redis_ceiling").options(
+        url=url, streams=streams, group="spark", rows=str(rows), batch=str(max(rows // 2, 1))).load()
+    began = time.perf_counter()
+    query = (read.writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", str(workdir / name)).start())
+    try:
+        query.awaitTermination(_TIMEOUT)
+        moved = sum(int(progress["numInputRows"]) for progress in query.recentProgress)
+    finally:
+        query.stop()
+    seconds = time.perf_counter() - began
+    source.destroy()
+    return _rate(rows, moved, seconds)
 
 
 def _redis_sink_only(spark: Any, bus: Any, url: str, rows: int, name: str) -> dict[str, Any]:
@@ -253,8 +284,10 @@ def _repetition(
         redis_bus, url = redis
         run = uuid.uuid4().hex[:8]
         redis_source = _redis_source_only(spark, redis_bus, url, rows, workdir, f"rsource-{run}")
+        raw_source = _raw_redis_source_only(spark, redis_bus, url, rows, workdir, f"raw-{run}")
         redis_sink = _redis_sink_only(spark, redis_bus, url, rows, f"rsink-{run}")
         figures |= {f"redis_source_{k}": v for k, v in redis_source.items()}
+        figures |= {f"raw_redis_source_{k}": v for k, v in raw_source.items()}
         figures |= {f"redis_sink_{k}": v for k, v in redis_sink.items()}
     figures |= _ceilings(spark, rows, workdir)
     for name in (f"source-in-{number}", f"sink-out-{number}", f"bench-{number}-in",
@@ -313,6 +346,7 @@ def measure_spark_throughput(
             _sink_only(spark, bus, broker, 1000, "warmup-sink")
             if redis is not None:
                 _redis_source_only(spark, redis[0], redis[1], 1000, workdir, "warmup-redis-source")
+                _raw_redis_source_only(spark, redis[0], redis[1], 1000, workdir, "warmup-raw-source")
                 _redis_sink_only(spark, redis[0], redis[1], 1000, "warmup-redis-sink")
             runs = [_repetition(spark, bus, broker, rows, workdir / f"run-{n}", n, redis)
                     for n in range(repeats)]

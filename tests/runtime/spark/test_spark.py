@@ -242,7 +242,8 @@ def test_the_throughput_measurement_moves_every_row_of_each_run(spark: Any) -> N
 
     figures = measure_spark_throughput(3000, authkey_env=KEY_ENV, repeats=1)
 
-    for prefix in ("source_", "sink_", ""):
+    redis = () if "redis_missing" in figures else ("redis_source_", "raw_redis_source_", "redis_sink_")
+    for prefix in ("source_", "sink_", "", *redis):
         assert figures[f"{prefix}rows"] == figures[f"{prefix}rows_out"] == 3000, prefix
         assert figures[f"{prefix}rows_per_second"] == pytest.approx(
             3000 / figures[f"{prefix}seconds"], rel=0.01, abs=1), prefix
