@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -37,6 +36,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from runtime.spark._arrow import SOURCE_SCHEMA
+from runtime.spark.redis._rows import published_times
 
 __all__ = ["MemorySource", "RawRedisSource", "payload_of"]
 
@@ -197,7 +197,7 @@ class _RawRedisReader(_FixedRun):
 
         assert isinstance(partition, _Stream)
         schema = to_arrow_schema(self.schema, timezone="UTC")
-        client: Any = redis.Redis.from_url(self.url)
+        client: Any = redis.Redis.from_url(self.url, protocol=3)
         client.set_response_callback("XREADGROUP", lambda reply, **_: reply)  # as Redis sends it
         left = partition.rows
         try:
@@ -206,7 +206,7 @@ class _RawRedisReader(_FixedRun):
                                                min(_CHUNK, left), "STREAMS", partition.stream, ">")
                 if not reply:
                     return
-                entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+                (entries,) = reply.values()  # RESP3: {stream: entries}
                 ids = [entry_id for entry_id, _ in entries]
                 client.execute_command("XACK", partition.stream, self.group, *ids)
                 left -= len(ids)
@@ -218,9 +218,7 @@ class _RawRedisReader(_FixedRun):
 def _entry_rows(ids: list[bytes], bodies: list[bytes], schema: pa.Schema) -> pa.RecordBatch:
     """Stream entries as rows: an entry's id is its message id and holds its time."""
     text_ids = pa.array(ids, pa.binary()).cast(pa.string())
-    millis = pc.list_element(pc.split_pattern(text_ids, "-", max_splits=1), 0)
-    published_at = pc.multiply(millis.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-    return _batch(text_ids, bodies, published_at, schema)
+    return _batch(text_ids, bodies, published_times(text_ids), schema)
 
 
 class RawRedisSource(DataSource):

@@ -25,8 +25,8 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.redis._records import Codec, UndecodableError, optional
 
-__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "staged_rows",
-           "taken_slice"]
+__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "published_times",
+           "staged_rows", "taken_slice"]
 
 logger = logging.getLogger(__name__)
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
@@ -122,14 +122,12 @@ def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
         keys = _keys([fields.get(b"k") or None for _, fields in named])
         attributes = _attributes([fields.get(b"a") for _, fields in named])
     text_ids = pa.array(message_ids, pa.binary()).cast(pa.string())
-    millis = pc.list_element(pc.split_pattern(text_ids, "-", max_splits=1), 0)
     columns = {
         "message_id": text_ids,
         "key": keys,
         "payload": pa.array(bodies, pa.binary()),
         "attributes": attributes,
-        "published_at": pc.multiply(millis.cast(pa.int64()), 1000).cast(
-            pa.timestamp("us", tz="UTC")),
+        "published_at": published_times(text_ids),
         "attempt": (pa.repeat(pa.scalar(1, pa.int32()), len(ids)) if attempts is None
                     else pa.array([attempts[i] for i in ids], pa.int32())),
     }
@@ -138,6 +136,13 @@ def held_batch(held: HeldSlice, limits: Limits, connection: Connection,
     return pa.RecordBatch.from_arrays(
         [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, arrow_schema, strict=True)],
         schema=arrow_schema)
+
+
+def published_times(ids: pa.Array) -> pa.Array:
+    """The time each stream entry id holds (its milliseconds part), as Spark's UTC
+    timestamps."""
+    millis = pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0)
+    return pc.multiply(millis.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
 
 
 def _decoded(entries: list[tuple[bytes, dict[bytes, bytes]]], attempts: dict[bytes, int] | None,
