@@ -174,7 +174,10 @@ class MemorySource(DataSource):
 
 
 class _Stream(InputPartition):
-    def __init__(self, stream: str, rows: int) -> None:
+    """Up to ``rows`` entries of ``stream``; None: all it holds (a run's last batch,
+    since the publisher's batches need not spread the rows evenly)."""
+
+    def __init__(self, stream: str, rows: int | None) -> None:
         super().__init__((stream, rows))
         self.stream, self.rows = stream, rows
 
@@ -190,7 +193,8 @@ class _RawRedisReader(_FixedRun):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         rows = int(end["offset"]) - int(start["offset"])
-        return [_Stream(stream, rows // len(self.streams)) for stream in self.streams] if rows else []
+        share = None if int(end["offset"]) >= self.rows else rows // len(self.streams)
+        return [_Stream(stream, share) for stream in self.streams] if rows else []
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import redis
@@ -201,15 +205,16 @@ class _RawRedisReader(_FixedRun):
         client.set_response_callback("XREADGROUP", lambda reply, **_: reply)  # as Redis sends it
         left = partition.rows
         try:
-            while left > 0:
+            while left is None or left > 0:
+                count = _CHUNK if left is None else min(_CHUNK, left)
                 reply = client.execute_command("XREADGROUP", "GROUP", self.group, "raw", "COUNT",
-                                               min(_CHUNK, left), "STREAMS", partition.stream, ">")
+                                               count, "STREAMS", partition.stream, ">")
                 if not reply:
                     return
                 (entries,) = reply.values()  # RESP3: {stream: entries}
                 ids = [entry_id for entry_id, _ in entries]
                 client.execute_command("XACK", partition.stream, self.group, *ids)
-                left -= len(ids)
+                left = None if left is None else left - len(ids)
                 yield _entry_rows(ids, [fields[1] for _, fields in entries], schema)
         finally:
             client.close()
