@@ -147,8 +147,8 @@ class Connection:
                 self.client.script_load(getattr(_scripts, name))
 
     def plain_reader(self, key: str) -> Any:
-        """A client of the Redis that holds ``key`` whose XPENDING and XRANGE replies
-        come as Redis sends them (lists of bytes and integers), for bulk reads: redis-py
+        """A client of the Redis that holds ``key`` whose XPENDING, XRANGE and XREADGROUP
+        replies come as Redis sends them (lists of bytes and integers), for bulk reads: redis-py
         makes a dict of each entry, which costs more than reading it. It shares this
         connection's pool (closing this connection closes it); on a cluster it stays on
         the master of ``key``'s slot, so a slot that moves fails its calls.
@@ -165,7 +165,7 @@ class Connection:
         else:
             pool = self.client.connection_pool
         reader = redis.Redis(connection_pool=pool)
-        for command in ("XPENDING", "XRANGE"):
+        for command in ("XPENDING", "XRANGE", "XREADGROUP"):
             reader.set_response_callback(command, _as_sent)
         return reader
 

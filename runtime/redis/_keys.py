@@ -34,6 +34,8 @@ class TopicKeys:
         settings: the settings the topic was declared with (a hash).
         committed: the (producer, batch) pairs a staged write published into this
             partition (a hash; see `staged`).
+        takes: where the read tasks of a Spark source's batches ended, by consumer and
+            batch (a hash; see `runtime.spark.redis._source`).
     """
 
     stream: str
@@ -46,6 +48,7 @@ class TopicKeys:
     settled: str
     settings: str
     committed: str
+    takes: str
 
     @classmethod
     def of(cls, topic: str, partition: int = 0) -> TopicKeys:
@@ -55,7 +58,7 @@ class TopicKeys:
             stream=f"{tag}:stream", groups=f"{tag}:groups", readers=f"{tag}:readers",
             stats=f"{tag}:stats", remaining=f"{tag}:remaining", failed=f"{tag}:failed",
             dead=f"{tag}:dead", settled=f"{tag}:settled", settings=f"{tag}:settings",
-            committed=f"{tag}:committed",
+            committed=f"{tag}:committed", takes=f"{tag}:takes",
         )
 
     def owner(self, group: str) -> str:
@@ -71,7 +74,8 @@ class TopicKeys:
     def all(self) -> list[str]:
         """Every key (what `destroy` deletes)."""
         return [self.stream, self.groups, self.readers, self.stats, self.remaining,
-                self.failed, self.dead, self.settled, self.settings, self.committed]
+                self.failed, self.dead, self.settled, self.settings, self.committed,
+                self.takes]
 
     def staged(self, producer: str, batch: str, part: str) -> str:
         """The key of one part a writer staged for (``producer``, ``batch``): a list of

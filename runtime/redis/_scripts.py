@@ -21,7 +21,8 @@ from __future__ import annotations
 __all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE",
            "DELETE_GROUP", "DRAIN", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
            "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
-           "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_RANGE", "TRIM", "UNLEASE"]
+           "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_PLAN", "TAKE_RANGE", "TRIM",
+           "UNLEASE"]
 
 BIG_IDLE = 1 << 40
 """The idle time (ms) of a parked entry: far past any ack deadline, so every reclaim sees
@@ -566,12 +567,16 @@ return count
 """
 
 # A Spark source reads a group through one consumer whose pending entries are its lease
-# log: `TAKE_RANGE` (driver, planning a batch) moves entries into that consumer's pending
-# list and answers only the last id; the executors read a range of them with XPENDING and
-# XRANGE (XRANGE alone where the batch took every entry of the range: see TAKE_RANGE),
-# changing nothing, so a retried or replayed batch reads the same entries;
-# `ACK_THROUGH` (driver, once a batch is committed) acks every one up to an id, with the
-# settle script's bookkeeping. Payloads never leave Redis on the driver's calls.
+# log. `TAKE_PLAN` (driver, planning a batch) answers where the group stands, without an
+# entry: the batch names a count of new entries past an id, and its read task takes them
+# itself (XGROUP SETID back to that id, then XREADGROUP, in one MULTI: a retried task
+# takes the same entries). Where the consumer still holds entries past the batch's start
+# (a run that stopped before its batch was committed), `TAKE_RANGE` moves entries into
+# its pending list on the driver and answers only the last id; the executors read that
+# range with XPENDING and XRANGE (XRANGE alone where the batch took every entry of the
+# range), changing nothing. `ACK_THROUGH` (driver, once a batch is committed) acks every
+# entry up to an id, with the settle script's bookkeeping. Payloads never leave Redis on
+# the driver's calls.
 
 STREAM_END = """
 local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
@@ -582,6 +587,39 @@ for i = 1, #info, 2 do
   if info[i] == 'entries-added' then added = info[i + 1] end
 end
 return {last, added}
+"""
+
+TAKE_PLAN = """
+local stream = KEYS[1]
+local group, consumer, after = ARGV[1], ARGV[2], ARGV[3]
+local info = redis.pcall('XINFO', 'STREAM', stream)
+if info.err then return {0, '', -1, 0} end  -- no stream yet: nothing was published
+local added = 0
+for i = 1, #info, 2 do
+  if info[i] == 'entries-added' then added = info[i + 1] end
+end
+-- Whether the consumer holds an entry past `after` or the group has other consumers,
+-- then the group's last delivered id and read counter (-1 where Redis lost it), and the
+-- stream's entries-added
+local held = #redis.call('XPENDING', stream, group, '(' .. after, '+', 1, consumer)
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
+  for i = 1, #c, 2 do
+    if c[i] == 'name' and c[i + 1] ~= consumer then held = 1 end
+  end
+end
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local fields = {}
+  for i = 1, #g, 2 do fields[g[i]] = g[i + 1] end
+  if fields['name'] == group then
+    -- Where Redis has no counter but knows the lag (a group that read nothing yet)
+    local read, lag = fields['entries-read'], fields['lag']
+    if type(read) ~= 'number' then
+      if type(lag) == 'number' then read = added - lag else read = -1 end
+    end
+    return {held, fields['last-delivered-id'], read, added}
+  end
+end
+return {held, '', -1, added}
 """
 
 TAKE_RANGE = """

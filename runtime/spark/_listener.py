@@ -29,7 +29,7 @@ from runtime.broker._client import Channel, parse_address
 from runtime.redis._connection import Connection
 from runtime.spark._options import read_authkey
 from runtime.spark._source import lease_of_offset
-from runtime.spark.redis._source import REDIS_FIELD, ack_through
+from runtime.spark.redis._source import REDIS_FIELD, ack_through, resolved_ends
 
 __all__ = ["AckOnProgress"]
 
@@ -130,7 +130,8 @@ def _ack_redis(offset: dict[str, Any]) -> bool:
         return False
     connection = Connection(url)
     try:
-        ack_through(connection, topic, group, consumer, [str(i) for i in offset["ids"]], None)
+        ack_through(connection, topic, group, consumer,
+                    resolved_ends(connection, topic, group, consumer, offset), None)
     finally:
         connection.close()
     return True

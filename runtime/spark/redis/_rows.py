@@ -25,8 +25,8 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.redis._records import Codec, UndecodableError, optional
 
-__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "published_times",
-           "staged_rows", "taken_slice"]
+__all__ = ["HeldSlice", "Limits", "StagedRows", "held_batch", "held_slice", "own_entries",
+           "published_times", "staged_rows", "taken_slice"]
 
 logger = logging.getLogger(__name__)
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
@@ -98,6 +98,22 @@ def taken_slice(reader: Any, stream: str, after: str, upto: str, count: int) -> 
     if not entries:
         return None
     return HeldSlice(None, entries, entries[-1][0].decode())
+
+
+def own_entries(entries: list[list[Any]], group: str) -> tuple[list[list[Any]], list[bytes]]:
+    """The entries ``group`` reads, and the ids of replays meant for another group (an
+    ``o`` field naming it), which it only acks."""
+    if all(len(fields) == 2 for _, fields in entries):  # a body alone: no replay (most)
+        return entries, []
+    mine, others, name = [], [], group.encode()
+    for entry in entries:
+        fields = entry[1]
+        origin = next((fields[i + 1] for i in range(0, len(fields), 2) if fields[i] == b"o"), None)
+        if origin is None or origin == name:
+            mine.append(entry)
+        else:
+            others.append(entry[0])
+    return mine, others
 
 
 def held_batch(held: HeldSlice, limits: Limits, connection: Connection,

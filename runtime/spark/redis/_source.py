@@ -1,24 +1,36 @@
 """The streaming source on a Redis topic: a Spark query as one consumer of a group.
 
 The query is the consumer ``consumer`` of the topic's consumer group ``group``, and that
-consumer's pending entries are its lease log. An offset names, per topic partition, the
-last entry id a batch reaches: ``{"ids": [id per partition], "from": [id or "" per
-partition], "redis": [url, topic, group, consumer]}``. A batch is, per partition, this
-consumer's pending entries after the start offset's id up to the end offset's; where the
-batch took every stream entry after id ``from`` up to its end (it held nothing there
-before and skipped no replay meant for another group), those are exactly that stretch
-of the stream, read without looking up what the consumer holds. Where each call runs:
+consumer's pending entries are its lease log. An offset names, per topic partition, where
+a batch starts (``after``) and either the last entry id it reaches (``ids``) or, where its
+read task takes the entries itself, how many it takes (``take``: the count, and the
+group's read counter at ``after``; ``ids`` is then ""). Where each call runs:
 
-- driver runner: ``latestOffset`` moves new entries into the consumer's pending list
-  (one script per partition, all sent together, each answering only the last id, a
-  count and ``from``: no payload reaches the driver), then acks the committed batch before them
-  through the settle script's bookkeeping (outcomes, stats, the settled records) on a
-  thread of its own while the executors read; ``stop`` acks the last committed batch;
-- executors: ``read``, one task per topic partition, reads its range of pending entries
-  and changes nothing, so a retried task, or the same batch planned again after a driver
-  restart (Spark replays the batch from its offset log), reads the same entries;
+- driver runner: ``latestOffset`` asks each partition where the group stands (one small
+  script per partition, all sent together: no entry reaches the driver) and plans a
+  count of new entries past the group's last delivered id; it then acks the committed
+  batch before them through the settle script's bookkeeping (outcomes, stats, the
+  settled records) on a thread of its own while the executors read; ``stop`` acks the
+  last committed batch;
+- executors: ``read``, one task per topic partition. A task that takes its entries sets
+  the group back to ``after`` and reads ``take`` entries with XREADGROUP, in one MULTI
+  per slice: each slice names where it starts, so a retried task, a second attempt
+  beside it, or the same batch planned again after a driver restart (Spark replays the
+  batch from its offset log) takes the same entries. The task then records where it
+  ended (the ``takes`` hash of the partition), which is where the next batch starts and
+  what its ack reaches; a task that finds the record reads the entries held there;
 - the user's driver process: the progress listener acks the last committed batch (see
   `runtime.spark._listener`), as for the broker's source.
+
+The tasks take the entries only while the query is the group's only consumer: a task
+that sets the group back would hand another member's entries to the query. Where the
+group has other consumers, where this consumer still holds entries past a batch's start
+(a run that stopped before its batch was committed), or where Redis lost the group's
+read counter, the driver takes the batch itself: ``TAKE_RANGE`` moves the held entries,
+then new ones, into the consumer's pending list and answers the last id; ``from`` then
+names the id after which the batch took every stream entry ("" where it did not: it held
+something there before, or skipped a replay meant for another group), so the tasks read
+that stretch with XRANGE alone, else they look up what the consumer holds.
 
 At least once: an entry is acked only below an offset Spark committed. A run that stops
 before its batch was committed leaves the batch pending for this consumer, and the next
@@ -29,6 +41,7 @@ members may therefore be read twice (warned at the ack).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -49,9 +62,17 @@ from runtime.redis._connection import Connection
 from runtime.redis._keys import TopicKeys
 from runtime.spark._options import RedisSourceOptions
 from runtime.spark._source import read_limit, rows_of
-from runtime.spark.redis._rows import HeldSlice, Limits, held_batch, held_slice, taken_slice
+from runtime.spark.redis._rows import (
+    HeldSlice,
+    Limits,
+    held_batch,
+    held_slice,
+    own_entries,
+    taken_slice,
+)
 
-__all__ = ["HeldRange", "RedisStreamReader", "ack_through", "redis_offset_name"]
+__all__ = ["HeldRange", "RedisStreamReader", "TakenRange", "ack_through", "redis_offset_name",
+           "resolved_ends"]
 
 logger = logging.getLogger(__name__)
 REDIS_FIELD = "redis"
@@ -75,8 +96,9 @@ def redis_offset_name(options: RedisSourceOptions) -> list[Any]:
 
 def ack_through(connection: Connection, topic: str, group: str, consumer: str,
                 ids: Sequence[str], ack_timeout: float | None) -> tuple[int, int]:
-    """Ack ``consumer``'s pending entries up to ``ids[p]`` in each partition ``p``;
-    returns (acked, of those held past ``ack_timeout``).
+    """Ack ``consumer``'s pending entries up to ``ids[p]`` in each partition ``p``, and
+    forget the consumer's takes that end before it; returns (acked, of those held past
+    ``ack_timeout``).
 
     Raises:
         BackendUnavailableError: Redis did not answer.
@@ -94,8 +116,63 @@ def ack_through(connection: Connection, topic: str, group: str, consumer: str,
                 break
         if settled:
             connection.run("TRIM", [keys.stream, keys.groups], [])
+        _forget_takes(connection, keys, group, consumer, last)
         acked += settled
     return acked, late
+
+
+def resolved_ends(connection: Connection, topic: str, group: str, consumer: str,
+                  offset: dict[str, Any]) -> list[str]:
+    """The last id an offset reaches in each partition: where a read task took the
+    batch, the end it recorded (the start where there is no record: the batch was not
+    read, or was acked and forgotten since).
+
+    Raises:
+        BackendUnavailableError: Redis did not answer.
+    """
+    ids = [str(i) for i in offset["ids"]]
+    takes = offset.get("take") or [None] * len(ids)
+    taking = [p for p, take in enumerate(takes) if take]
+    if not taking:
+        return ids
+    batch = connection.batch()
+    for p in taking:
+        batch.command("hget", TopicKeys.of(topic, p).takes,
+                      take_field(group, consumer, str(offset["after"][p]), int(takes[p][0])))
+    for p, record in zip(taking, batch.execute(), strict=True):
+        ids[p] = str(offset["after"][p]) if record is None else _recorded(record)[0]
+    return ids
+
+
+def take_field(group: str, consumer: str, after: str, rows: int) -> str:
+    """The ``takes`` field of one batch's take: the consumer's, past ``after``."""
+    return json.dumps([group, consumer, after, rows])
+
+
+def _recorded(record: bytes) -> tuple[str, bool]:
+    """A take's record: where it ended, and whether it took every entry on the way."""
+    end, _, whole = record.decode().partition(" ")
+    return end, whole == "whole"
+
+
+def _forget_takes(connection: Connection, keys: TopicKeys, group: str, consumer: str,
+                  last: str) -> None:
+    """Drop the consumer's take records that end before ``last`` (acked: no batch
+    starts or ends there any more). The record of the batch ending at ``last`` stays:
+    the progress listener may ack it after the plan did."""
+    with connection.guard():
+        records = connection.client.hgetall(keys.takes)
+        done = [field for field, record in records.items()
+                if json.loads(field)[:2] == [group, consumer]
+                and _order(_recorded(record)[0]) < _order(last)]
+        if done:
+            connection.client.hdel(keys.takes, *done)
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a sortable pair."""
+    millis, _, sequence = entry_id.partition("-")
+    return int(millis), int(sequence or 0)
 
 
 class HeldRange(InputPartition):
@@ -109,6 +186,18 @@ class HeldRange(InputPartition):
         self.after = after
         self.upto = upto
         self.start = start
+
+
+class TakenRange(InputPartition):
+    """Topic partition ``partition``'s next ``rows`` entries after id ``after``, where the
+    group's read counter is ``read``: the read task takes them (see the module)."""
+
+    def __init__(self, partition: int, after: str, rows: int, read: int) -> None:
+        super().__init__((partition, after, rows, read))
+        self.partition = partition
+        self.after = after
+        self.rows = rows
+        self.read = read
 
 
 class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -132,7 +221,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._name = redis_offset_name(options)
         # The last committed end, and the ack of a committed batch that runs while the
         # next batch is read (one thread, made by the first plan, ended by `stop`).
-        self._committed: list[str] | None = None
+        self._committed: dict[str, Any] | None = None
         self._acker: ThreadPoolExecutor | None = None
         self._acking: Future[None] | None = None
 
@@ -158,37 +247,29 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """Take the next batch's entries, then ack ``start`` in the background (its batch
-        is committed: Spark plans the next batch only after the previous one's commit-log
+        """Plan the next batch, then ack ``start`` in the background (its batch is
+        committed: Spark plans the next batch only after the previous one's commit-log
         entry): the executors read while Redis acks."""
-        first = self._ids(start)
+        self._ids(start)
         self._await_ack()
         connection = self._connect()
+        first = resolved_ends(connection, self.options.topic, self.options.group,
+                              self.options.consumer, start)
         streams = [TopicKeys.of(self.options.topic, p).stream for p in range(len(first))]
         if self._available_now and self._targets is None:
             self._targets = [(last.decode(), int(added)) for last, added in connection.pipelined(
                 "STREAM_END", [([stream], []) for stream in streams])]
-        targets = self._targets or [("", 0)] * len(first)
         total = self._rows(limit)
-        share = UNLIMITED_ROWS if total is None else max(1, math.ceil(total / len(first)))
-        ends, counts, taken = self._take(connection, streams, first, targets,
-                                         [share] * len(first))
-        spare = 0 if total is None else total - sum(counts)
-        full = [p for p, count in enumerate(counts) if count >= share]
-        if spare > 0 and full:
-            # What partitions that ran short left of the limit goes to those that did not
-            more = [math.ceil(spare / len(full)) if p in full else 0 for p in range(len(first))]
-            middle = ends
-            ends, added, began = self._take(connection, streams, middle, targets, more)
-            for p, count in enumerate(added):
-                if count and began[p] != middle[p]:  # others read between the two takes
-                    taken[p] = ""
+        stands = connection.pipelined("TAKE_PLAN", [
+            ([stream], [self.options.group, self.options.consumer, after])
+            for stream, after in zip(streams, first, strict=True)])
+        takes = self._takes(first, stands, total)
+        offset = (self._taken_offset(takes) if takes is not None
+                  else self._held_offset(connection, streams, first, total))
         if self._acker is None:
             self._acker = ThreadPoolExecutor(1, "actorbus-redis-ack")
         self._acking = self._acker.submit(self.ack, first)
-        if ends == first:  # nothing new: the same offset, so Spark plans no batch
-            return start
-        return self._offset(ends, taken)
+        return start if offset is None else offset  # None: nothing new, so no batch
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One read task per topic partition whose range is not empty.
@@ -196,13 +277,21 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises:
             ValueError: the offsets name another partition count than the topic has.
         """
-        first, last, starts = self._ids(start), self._ids(end), self._starts(end)
-        return [HeldRange(p, a, b, s) for p, (a, b, s) in enumerate(zip(first, last, starts, strict=True))
-                if a != b]
+        last, starts = self._ids(end), self._starts(end)
+        takes = end.get("take") or [None] * len(last)
+        # An offset written before ``after`` existed starts where ``start`` ends
+        lower = [str(i) for i in end.get("after") or self._ids(start)]
+        parts: list[InputPartition] = []
+        for p, (a, b, s, take) in enumerate(zip(lower, last, starts, takes, strict=True)):
+            if take:
+                parts.append(TakenRange(p, a, int(take[0]), int(take[1])))
+            elif a != b:
+                parts.append(HeldRange(p, a, b, s))
+        return parts
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed everything up to ``end``: acked by the next plan, or by `stop`."""
-        self._committed = self._ids(end)
+        self._committed = end
 
     def ack(self, ids: Sequence[str]) -> None:
         """Ack up to ``ids``; warn about entries held past the topic's ``ack_timeout``."""
@@ -223,7 +312,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             acker.shutdown()
         try:
             if self._committed is not None:
-                self.ack(self._committed)
+                self.ack(resolved_ends(self._connect(), self.options.topic, self.options.group,
+                                       self.options.consumer, self._committed))
         except BackendUnavailableError as exc:  # the next run acks it first
             logger.warning("actorbus source %s/%s: the last batch stays pending: %s",
                            self.options.topic, self.options.group, exc)
@@ -234,10 +324,15 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the range's entries, as Arrow batches of at most `SLICE_ROWS` rows."""
-        assert isinstance(partition, HeldRange)
+        assert isinstance(partition, HeldRange | TakenRange)
         connection = self.options.connect()
         try:
-            yield from read_held(connection, self.options, self.settings, self.schema, partition)
+            if isinstance(partition, TakenRange):
+                yield from read_taken(connection, self.options, self.settings, self.schema,
+                                      partition)
+            else:
+                yield from read_held(connection, self.options, self.settings, self.schema,
+                                     partition)
         finally:
             connection.close()
 
@@ -263,6 +358,54 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rows = rows_of(limit)
         cap = self.options.max_messages_per_batch
         return min(rows, cap) if rows and cap else rows or cap
+
+    def _takes(self, first: list[str], stands: list[Any], total: int | None,
+               ) -> list[tuple[str, int, int]] | None:
+        """Per partition, where its new entries start (the group's last delivered id), how
+        many the batch takes there and the group's read counter; None where the driver
+        takes the batch itself (see the module): the consumer holds entries past the
+        start, the group has other consumers, Redis lost the read counter, or the group
+        stands before the start."""
+        found = []
+        for p, (held, position, read, added) in enumerate(stands):
+            position = position.decode() if isinstance(position, bytes) else str(position)
+            if int(held) or int(read) < 0 or not position or _order(position) < _order(first[p]):
+                return None
+            target = int(added) if self._targets is None else min(int(added), self._targets[p][1])
+            found.append((position, int(read), max(0, target - int(read))))
+        rows = shares(total, [unread for _, _, unread in found])
+        return [(position, count, read) for (position, read, _), count in zip(found, rows, strict=True)]
+
+    def _taken_offset(self, takes: list[tuple[str, int, int]]) -> dict[str, Any] | None:
+        """The offset of a batch whose read tasks take its entries (None: nothing new)."""
+        if not any(count for _, count, _ in takes):
+            return None
+        return {"ids": ["" if count else after for after, count, _ in takes],
+                "after": [after for after, _, _ in takes], "from": [""] * len(takes),
+                "take": [[count, read] if count else None for _, count, read in takes],
+                REDIS_FIELD: self._name}
+
+    def _held_offset(self, connection: Connection, streams: list[str], first: list[str],
+                     total: int | None) -> dict[str, Any] | None:
+        """The offset of a batch the driver takes into the consumer's pending list
+        (None: nothing new)."""
+        targets = self._targets or [("", 0)] * len(first)
+        share = UNLIMITED_ROWS if total is None else max(1, math.ceil(total / len(first)))
+        ends, counts, taken = self._take(connection, streams, first, targets,
+                                         [share] * len(first))
+        spare = 0 if total is None else total - sum(counts)
+        full = [p for p, count in enumerate(counts) if count >= share]
+        if spare > 0 and full:
+            # What partitions that ran short left of the limit goes to those that did not
+            more = [math.ceil(spare / len(full)) if p in full else 0 for p in range(len(first))]
+            middle = ends
+            ends, added, began = self._take(connection, streams, middle, targets, more)
+            for p, count in enumerate(added):
+                if count and began[p] != middle[p]:  # others read between the two takes
+                    taken[p] = ""
+        if ends == first:
+            return None
+        return {"ids": ends, "after": first, "from": taken, REDIS_FIELD: self._name}
 
     def _take(self, connection: Connection, streams: list[str], after: list[str],
               targets: list[tuple[str, int]], rows: list[int],
@@ -293,7 +436,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [str(i) for i in offset.get("from") or [""] * self.settings.partitions]
 
     def _offset(self, ids: list[str], starts: list[str]) -> dict[str, Any]:
-        return {"ids": ids, "from": starts, REDIS_FIELD: self._name}
+        return {"ids": ids, "after": ids, "from": starts, REDIS_FIELD: self._name}
 
 
 def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
@@ -321,3 +464,73 @@ def read_held(connection: Connection, options: RedisSourceOptions, settings: Top
             if following is None:
                 return
             held = following.result()
+
+
+def shares(total: int | None, unread: list[int]) -> list[int]:
+    """How many entries a batch takes in each partition, given what each holds unread:
+    all of it (up to `UNLIMITED_ROWS`) without a limit; else the limit shared evenly,
+    what a partition holding less leaves going to those holding more."""
+    if total is None:
+        return [min(n, UNLIMITED_ROWS) for n in unread]
+    rows, left = [0] * len(unread), total
+    while left > 0:
+        short = [p for p, n in enumerate(unread) if rows[p] < n]
+        if not short:
+            break
+        share = math.ceil(left / len(short))
+        for p in short:
+            more = min(share, unread[p] - rows[p], left)
+            rows[p], left = rows[p] + more, left - more
+    return rows
+
+
+def read_taken(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
+               schema: StructType, partition: TakenRange) -> Iterator[pa.RecordBatch]:
+    """Take ``partition``'s entries, slice by slice, then record where the take ended;
+    where a record is found, an earlier attempt took them: read what it holds there.
+    While Spark takes one slice, a thread of the task takes the next."""
+    keys = TopicKeys.of(options.topic, partition.partition)
+    field = take_field(options.group, options.consumer, partition.after, partition.rows)
+    reader = connection.plain_reader(keys.stream)
+    with connection.guard():
+        record = reader.hget(keys.takes, field)
+    if record is not None:
+        end, whole = _recorded(record)
+        yield from read_held(connection, options, settings, schema, HeldRange(
+            partition.partition, partition.after, end, partition.after if whole else ""))
+        return
+    limits = Limits.of(settings, keys, options.group, options.consumer)
+
+    def take(after: str, read: int, rows: int) -> list[list[Any]]:
+        with connection.guard():
+            pipe = reader.pipeline(transaction=True)
+            pipe.execute_command("XGROUP", "SETID", keys.stream, options.group, after,
+                                 "ENTRIESREAD", read)
+            pipe.execute_command("XREADGROUP", "GROUP", options.group, options.consumer,
+                                 "COUNT", rows, "STREAMS", keys.stream, ">")
+            _, reply = pipe.execute()
+        if not reply:
+            return []
+        # RESP3 answers a map of the one stream, RESP2 a list of [stream, entries]
+        return next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+
+    last, read, left, whole = partition.after, partition.read, partition.rows, True
+    with ThreadPoolExecutor(1, "actorbus-redis-take") as prefetch:
+        asked = min(left, SLICE_ROWS)
+        entries = take(last, read, asked)
+        while entries:
+            last, read, left = entries[-1][0].decode(), read + len(entries), left - len(entries)
+            following = (prefetch.submit(take, last, read, min(left, SLICE_ROWS))
+                         if left > 0 and len(entries) == asked else None)
+            asked = min(left, SLICE_ROWS)
+            kept, others = own_entries(entries, options.group)
+            if others:  # replays meant for other groups: not this group's to read
+                whole = False
+                with connection.guard():
+                    reader.xack(keys.stream, options.group, *others)
+            batch = held_batch(HeldSlice(None, kept, last), limits, connection, schema)
+            if batch.num_rows:
+                yield batch
+            entries = following.result() if following is not None else []
+    with connection.guard():
+        reader.hset(keys.takes, field, f"{last} {'whole' if whole else 'held'}")

@@ -314,31 +314,43 @@ def test_each_topic_partition_is_one_spark_partition(
 
 @pytest.mark.parametrize("counter", ["kept", "lost"])
 def test_available_now_ends_at_what_the_stream_held_when_it_began(
-    redis_server: RedisServer, topics: Any, counter: str
+    spark: Any, redis_server: RedisServer, topics: Any, counter: str
 ) -> None:
-    """Planning alone (no Spark session): the batches of an ``availableNow`` run reach
+    """Planning and reading without a query: the batches of an ``availableNow`` run reach
     exactly the last entry published before the run began, whether Redis still knows the
-    group's read counter or lost it (``entries-read`` nil, as after ``XGROUP SETID``)."""
+    group's read counter (the read tasks take the entries) or lost it (``entries-read``
+    nil, as after ``XGROUP SETID``: the driver takes them)."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
-    from pyspark.sql.types import StructType
 
-    from runtime.spark.redis._source import RedisStreamReader
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader, resolved_ends
 
     source, _ = topics()
     publish_all(source, [f"m{n}".encode() for n in range(30)])
     options, connection, settings, client, stream = planning(redis_server.url, source)
-    reader = RedisStreamReader(options, StructType(), settings)
+    reader = RedisStreamReader(options, spark.createDataFrame([], SOURCE_SCHEMA).schema, settings)
     try:
         ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
         reader.prepareForTriggerAvailableNow()
-        offsets = [reader.latestOffset(reader.initialOffset(), ReadMaxRows(12))]
+        offsets = [reader.initialOffset()]
+        offsets.append(reader.latestOffset(offsets[0], ReadMaxRows(12)))
+        batches = [read_batch(reader, offsets[0], offsets[1])]
+
+        def end() -> str:  # where the last batch ends, found once its tasks ran
+            return resolved_ends(connection, source.name, "spark", options.consumer,
+                                 offsets[-1])[0]
+
+        ends = [end()]
         publish_all(source, [f"late{n}".encode() for n in range(20)])  # after the run began
         if counter == "lost":
-            client.xgroup_setid(stream, "spark", offsets[0]["ids"][0])
+            client.xgroup_setid(stream, "spark", ids[11])
             (group,) = client.xinfo_groups(stream)
             assert group["entries-read"] is None
-        while len(offsets) < 5:
+        while len(offsets) < 6:
             offsets.append(reader.latestOffset(offsets[-1], ReadMaxRows(12)))
+            if offsets[-1] is not offsets[-2]:
+                batches.append(read_batch(reader, offsets[-2], offsets[-1]))
+            ends.append(end())
         reader.stop()  # waits for the last call's ack of the batch before it
         (group,) = client.xinfo_groups(stream)
         held = client.xpending(stream, "spark")["pending"]
@@ -348,8 +360,17 @@ def test_available_now_ends_at_what_the_stream_held_when_it_began(
         client.close()
     # 12 + 12 + 6, then nothing more: the run ends at the 30th entry, and each call acked
     # the batch before it
-    assert [offset["ids"][0] for offset in offsets] == [ids[11], ids[23], ids[29], ids[29], ids[29]]
+    assert [[[row[0] for row in part] for part in batch] for batch in batches] == [
+        [ids[:12]], [ids[12:24]], [ids[24:30]]]
+    assert ends == [ids[11], ids[23], ids[29], ids[29], ids[29]]
     assert (group["last-delivered-id"].decode(), held) == (ids[29], 0)
+
+
+def read_batch(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[list[tuple[Any, ...]]]:
+    """Run a planned batch's read tasks as Spark does (each on its own connection): per
+    task, its rows as (message_id, payload, attempt)."""
+    return [[(row["message_id"], row["payload"], row["attempt"]) for batch in reader.read(part)
+             for row in batch.to_pylist()] for part in reader.partitions(start, end)]
 
 
 def planning(url: str, source: Any) -> tuple[Any, Any, Any, Any, str]:
@@ -365,31 +386,37 @@ def planning(url: str, source: Any) -> tuple[Any, Any, Any, Any, str]:
 
 
 def test_stop_acks_the_last_committed_batch_and_leaves_the_rest(
-    redis_server: RedisServer, topics: Any
+    spark: Any, redis_server: RedisServer, topics: Any
 ) -> None:
     """A committed batch is acked by the next plan or, for the last one, by ``stop``; a
-    planned batch Spark did not commit stays pending for the next run."""
+    batch Spark read but did not commit stays pending for the next run."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
-    from pyspark.sql.types import StructType
 
+    from runtime.spark._arrow import SOURCE_SCHEMA
     from runtime.spark.redis._source import RedisStreamReader
 
     source, _ = topics()
     publish_all(source, [f"m{n}".encode() for n in range(25)])
     options, connection, settings, client, stream = planning(redis_server.url, source)
+    schema = spark.createDataFrame([], SOURCE_SCHEMA).schema
     try:
-        first_run = RedisStreamReader(options, StructType(), settings)
-        first = first_run.latestOffset(first_run.initialOffset(), ReadMaxRows(10))
+        first_run = RedisStreamReader(options, schema, settings)
+        begin = first_run.initialOffset()
+        first = first_run.latestOffset(begin, ReadMaxRows(10))
+        first_rows = read_batch(first_run, begin, first)
         first_run.commit(first)
         first_run.stop()  # no later plan: stop acks the committed batch
         after_first = (client.xpending(stream, "spark")["pending"], source.stats().delivered)
-        second_run = RedisStreamReader(options, StructType(), settings)
-        second_run.latestOffset(first, ReadMaxRows(10))  # planned, never committed
+        second_run = RedisStreamReader(options, schema, settings)
+        second = second_run.latestOffset(first, ReadMaxRows(10))
+        second_rows = read_batch(second_run, first, second)  # read, never committed
         second_run.stop()
         after_second = (client.xpending(stream, "spark")["pending"], source.stats().delivered)
     finally:
         connection.close()
         client.close()
+    assert [[row[1] for row in part] for part in first_rows + second_rows] == [
+        [f"m{n}".encode() for n in range(10)], [f"m{n}".encode() for n in range(10, 20)]]
     assert after_first == (0, 10)
     assert after_second == (10, 10)
 
@@ -398,13 +425,12 @@ def test_a_batch_limit_left_by_a_short_partition_goes_to_the_others(
     spark: Any, redis_server: RedisServer, bus: Bus
 ) -> None:
     """``max_messages_per_batch`` bounds the whole batch: a partition holding less than
-    its share leaves the rest to the partitions that hold more (in a second take that
-    continues the first's stretch of the stream)."""
+    its share leaves the rest to the partitions that hold more."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from runtime.redis._keys import partition_of
     from runtime.spark._arrow import SOURCE_SCHEMA
-    from runtime.spark.redis._source import RedisStreamReader, read_held
+    from runtime.spark.redis._source import RedisStreamReader
 
     source = bus.create_topic(f"short-{uuid.uuid4().hex[:10]}", backend="redis", partitions=2)
     source.create_group("spark")
@@ -417,73 +443,157 @@ def test_a_batch_limit_left_by_a_short_partition_goes_to_the_others(
     try:
         begin = reader.initialOffset()
         end = reader.latestOffset(begin, ReadMaxRows(36))
+        read = [[row[1] for row in part] for part in read_batch(reader, begin, end)]
         held = [client.xpending(TopicKeys.of(source.name, p).stream, "spark")["pending"]
                 for p in range(2)]
-        read = [[row["payload"] for batch in read_held(connection, options, settings, schema, part)
-                 for row in batch.to_pylist()] for part in reader.partitions(begin, end)]
     finally:
         reader.stop()
         connection.close()
         client.close()
-    assert held == [26, 10]  # shares of 18: partition 1 had 10, its 8 went to partition 0
-    assert "" not in end["from"]
+    assert [take[0] for take in end["take"]] == [26, 10]  # shares of 18: partition 1 had
+    assert held == [26, 10]                                # 10, its 8 went to partition 0
     assert read == [[f"m{n}".encode() for n in range(40) if n % 4][:26],
                     [f"m{n}".encode() for n in range(0, 40, 4)]]
 
 
-def test_a_batch_that_took_a_stretch_of_the_stream_reads_it_alone_and_alike_again(
-    spark: Any, redis_server: RedisServer, topics: Any
+def test_a_read_task_takes_the_same_entries_on_every_attempt(
+    spark: Any, redis_server: RedisServer, topics: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Planning and reading without a query: a batch that took every entry after some id
-    reads that stretch with XRANGE alone, the same rows on every read, and skips what
-    another consumer of the group took before it; a batch that starts with entries held
-    from an earlier run, or an offset from before ``from`` existed, looks them up."""
+    """Planning and reading without a query: a batch's read task takes its entries
+    itself, and every attempt gets the same rows: one stopped before it recorded its end,
+    one run beside it slice by slice, and one after the record (which reads what the
+    consumer holds). Once another consumer reads the group, the driver takes the next
+    batch, past what that consumer took."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from runtime.spark._arrow import SOURCE_SCHEMA
-    from runtime.spark.redis._source import RedisStreamReader, read_held
+    from runtime.spark.redis import _source
+    from runtime.spark.redis._source import RedisStreamReader, resolved_ends
 
+    monkeypatch.setattr(_source, "SLICE_ROWS", 5)  # a task of 12 takes 3 slices
     schema = spark.createDataFrame([], SOURCE_SCHEMA).schema
     source, _ = topics()
     publish_all(source, [f"m{n}".encode() for n in range(40)])
     options, connection, settings, client, stream = planning(redis_server.url, source)
     ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
 
-    def rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
-        (part,) = reader.partitions(start, end)
+    def rows(batches: Iterator[Any]) -> list[tuple[Any, ...]]:
         return [(r["message_id"], r["payload"], r["attributes"], r["attempt"])
-                for batch in read_held(connection, options, settings, schema, part)
-                for r in batch.to_pylist()]
+                for batch in batches for r in batch.to_pylist()]
 
     try:
         reader = RedisStreamReader(options, schema, settings)
         begin = reader.initialOffset()
         first = reader.latestOffset(begin, ReadMaxRows(12))
-        first_rows = rows(reader, begin, first)
-        again = rows(reader, begin, first)
+        (task,) = reader.partitions(begin, first)
+        stopped = reader.read(task)
+        stopped_rows = rows(iter([next(stopped)]))
+        stopped.close()  # failed after its first slice: no record
+        beside = reader.read(task)
+        beside_rows = rows(iter([next(beside)]))  # and its next slice, taken in advance
+        whole = rows(reader.read(task))  # a second attempt while the first still runs
+        beside_rows += rows(beside)
+        again = rows(reader.read(task))  # after the record
+        pending = client.xpending(stream, "spark")["pending"]
         client.xreadgroup("spark", "other", {stream: ">"}, count=5)  # ids[12:17]
         second = reader.latestOffset(first, ReadMaxRows(12))
-        second_rows = rows(reader, first, second)
-        reader.stop()  # the second batch was never committed: it stays held
+        second_rows = rows(reader.read(reader.partitions(first, second)[0]))
+        ends = resolved_ends(connection, source.name, "spark", options.consumer, second)
+        reader.stop()
+    finally:
+        connection.close()
+        client.close()
+    assert first["ids"] == [""] and first["take"][0][0] == 12
+    assert [r[0] for r in whole] == ids[:12]
+    assert [r[1] for r in whole] == [f"m{n}".encode() for n in range(12)]
+    assert [r[2] for r in whole[:2]] == [[("n", "0")], [("n", "1")]]
+    assert stopped_rows == whole[:5] and beside_rows == whole and again == whole
+    assert pending == 12
+    assert "take" not in second and [r[0] for r in second_rows] == ids[17:29]
+    assert {r[3] for r in whole + second_rows} == {1}
+    assert ends == [ids[28]]
+
+
+def test_a_read_task_skips_replays_meant_for_another_group(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    """A dead letter replayed to another group of the topic is acked, not read; one
+    replayed to this group is read under its message id; a second attempt of the task
+    reads the same rows from what the consumer holds."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader
+
+    schema = spark.createDataFrame([], SOURCE_SCHEMA).schema
+    source, _ = topics()
+    source.create_group("other")
+    publish_all(source, [f"m{n}".encode() for n in range(10)])
+    options, connection, settings, client, stream = planning(redis_server.url, source)
+    keys = TopicKeys.of(source.name)
+    entries = client.xrange(stream)
+    ids = [entry_id.decode() for entry_id, _ in entries]
+    for group, n in (("other", 3), ("spark", 5)):  # as topic.replay() writes them
+        fields = entries[n][1]
+        connection.run("REPLAY", [keys.stream, keys.groups, keys.stats], [
+            group, ids[n], fields[b"b"], fields[b"f"], fields[b"k"], fields[b"a"]])
+    try:
+        reader = RedisStreamReader(options, schema, settings)
+        begin = reader.initialOffset()
+        end = reader.latestOffset(begin, ReadMaxRows(100))
+        first = read_batch(reader, begin, end)
+        again = read_batch(reader, begin, end)
+        held = client.xpending(stream, "spark")["pending"]
+        reader.stop()
+    finally:
+        connection.close()
+        client.close()
+    assert end["take"][0][0] == 12
+    assert [[r[:2] for r in part] for part in first] == [
+        [(ids[n], f"m{n}".encode()) for n in range(10)] + [(ids[5], b"m5")]]
+    assert again == first
+    assert held == 11
+
+
+def test_entries_held_from_an_earlier_run_are_taken_on_the_driver_and_read_first(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    """A run that starts while the consumer holds entries from an earlier one (read,
+    never committed) takes them first on the driver, then new ones, looked up in the
+    pending list past what another consumer holds; an offset from before ``after``
+    existed reads the same rows."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader
+
+    schema = spark.createDataFrame([], SOURCE_SCHEMA).schema
+    source, _ = topics()
+    publish_all(source, [f"m{n}".encode() for n in range(40)])
+    options, connection, settings, client, stream = planning(redis_server.url, source)
+    ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
+    try:
+        earlier = RedisStreamReader(options, schema, settings)
+        begin = earlier.initialOffset()
+        first = earlier.latestOffset(begin, ReadMaxRows(12))
+        read_batch(earlier, begin, first)
+        client.xreadgroup("spark", "other", {stream: ">"}, count=5)  # ids[12:17]
+        second = earlier.latestOffset(first, ReadMaxRows(12))  # acks the first batch
+        read_batch(earlier, first, second)
+        earlier.stop()  # the second batch was never committed: it stays held
         held_run = RedisStreamReader(options, schema, settings)
-        third = held_run.latestOffset(held_run.initialOffset(), ReadMaxRows(20))
-        third_rows = rows(held_run, held_run.initialOffset(), third)
-        old_style = rows(held_run, {"ids": ["0-0"], "redis": third["redis"]},
-                         {"ids": third["ids"], "redis": third["redis"]})
+        start = held_run.initialOffset()
+        third = held_run.latestOffset(start, ReadMaxRows(20))
+        third_rows = read_batch(held_run, start, third)
+        old_style = read_batch(held_run, {"ids": ["0-0"], "redis": third["redis"]},
+                               {"ids": third["ids"], "redis": third["redis"]})
         held_run.stop()
     finally:
         connection.close()
         client.close()
-    assert first["from"] != [""] and second["from"] == [ids[16]]
-    assert [r[0] for r in first_rows] == ids[:12] and again == first_rows
-    assert [r[1] for r in first_rows] == [f"m{n}".encode() for n in range(12)]
-    assert [r[2] for r in first_rows[:2]] == [[("n", "0")], [("n", "1")]]
-    assert {r[3] for r in first_rows + second_rows} == {1}
-    assert [r[0] for r in second_rows] == ids[17:29]
-    # the second batch's 12 (held, never committed), then 8 new entries: looked up in the
-    # pending list, past the 5 the other consumer holds
-    assert third["from"] == [""]
-    assert [r[0] for r in third_rows] == ids[17:37]
+    # the second batch's 12 (held, never committed), then 8 new entries
+    assert "take" not in third and third["from"] == [""]
+    assert [[r[0] for r in part] for part in third_rows] == [ids[17:37]]
     assert old_style == third_rows
 
 
