@@ -138,13 +138,13 @@ def resolved_ends(connection: Connection, topic: str, group: str, consumer: str,
     batch = connection.batch()
     for p in taking:
         batch.command("hget", TopicKeys.of(topic, p).takes,
-                      take_field(group, consumer, str(offset["after"][p]), int(takes[p][0])))
+                      _take_field(group, consumer, str(offset["after"][p]), int(takes[p][0])))
     for p, record in zip(taking, batch.execute(), strict=True):
         ids[p] = str(offset["after"][p]) if record is None else _recorded(record)[0]
     return ids
 
 
-def take_field(group: str, consumer: str, after: str, rows: int) -> str:
+def _take_field(group: str, consumer: str, after: str, rows: int) -> str:
     """The ``takes`` field of one batch's take: the consumer's, past ``after``."""
     return json.dumps([group, consumer, after, rows])
 
@@ -235,8 +235,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """The start of every partition: a fresh query first reads what the consumer
         still holds (what an earlier run never committed), then new entries."""
-        return self._offset([FIRST_ID] * self.settings.partitions,
-                            [""] * self.settings.partitions)
+        first = [FIRST_ID] * self.settings.partitions
+        return self._offset(first, first, [""] * self.settings.partitions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``max_messages_per_batch`` as Spark's admission control."""
@@ -250,7 +250,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Plan the next batch, then ack ``start`` in the background (its batch is
         committed: Spark plans the next batch only after the previous one's commit-log
         entry): the executors read while Redis acks."""
-        self._ids(start)
+        self._ids(start)  # refuses a checkpoint of another partition count
         self._await_ack()
         connection = self._connect()
         first = resolved_ends(connection, self.options.topic, self.options.group,
@@ -380,10 +380,9 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The offset of a batch whose read tasks take its entries (None: nothing new)."""
         if not any(count for _, count, _ in takes):
             return None
-        return {"ids": ["" if count else after for after, count, _ in takes],
-                "after": [after for after, _, _ in takes], "from": [""] * len(takes),
-                "take": [[count, read] if count else None for _, count, read in takes],
-                REDIS_FIELD: self._name}
+        return self._offset(["" if count else after for after, count, _ in takes],
+                            [after for after, _, _ in takes], [""] * len(takes),
+                            [[count, read] if count else None for _, count, read in takes])
 
     def _held_offset(self, connection: Connection, streams: list[str], first: list[str],
                      total: int | None) -> dict[str, Any] | None:
@@ -405,7 +404,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     taken[p] = ""
         if ends == first:
             return None
-        return {"ids": ends, "after": first, "from": taken, REDIS_FIELD: self._name}
+        return self._offset(ends, first, taken)
 
     def _take(self, connection: Connection, streams: list[str], after: list[str],
               targets: list[tuple[str, int]], rows: list[int],
@@ -435,8 +434,13 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Each partition's ``from`` (all "" in a checkpoint written before it existed)."""
         return [str(i) for i in offset.get("from") or [""] * self.settings.partitions]
 
-    def _offset(self, ids: list[str], starts: list[str]) -> dict[str, Any]:
-        return {"ids": ids, "after": ids, "from": starts, REDIS_FIELD: self._name}
+    def _offset(self, ids: list[str], after: list[str], starts: list[str],
+                take: list[list[int] | None] | None = None) -> dict[str, Any]:
+        """An offset (see the module); ``take`` only where read tasks take the batch."""
+        offset = {"ids": ids, "after": after, "from": starts, REDIS_FIELD: self._name}
+        if take is not None:
+            offset["take"] = take
+        return offset
 
 
 def read_held(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
@@ -490,7 +494,7 @@ def read_taken(connection: Connection, options: RedisSourceOptions, settings: To
     where a record is found, an earlier attempt took them: read what it holds there.
     While Spark takes one slice, a thread of the task takes the next."""
     keys = TopicKeys.of(options.topic, partition.partition)
-    field = take_field(options.group, options.consumer, partition.after, partition.rows)
+    field = _take_field(options.group, options.consumer, partition.after, partition.rows)
     reader = connection.plain_reader(keys.stream)
     with connection.guard():
         record = reader.hget(keys.takes, field)
