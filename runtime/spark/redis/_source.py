@@ -389,14 +389,15 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The offset of a batch the driver takes into the consumer's pending list
         (None: nothing new)."""
         targets = self._targets or [("", 0)] * len(first)
-        share = UNLIMITED_ROWS if total is None else max(1, math.ceil(total / len(first)))
-        ends, counts, taken = self._take(connection, streams, first, targets,
-                                         [share] * len(first))
+        asked = [UNLIMITED_ROWS] * len(first) if total is None else split(total, len(first))
+        ends, counts, taken = self._take(connection, streams, first, targets, asked)
         spare = 0 if total is None else total - sum(counts)
-        full = [p for p, count in enumerate(counts) if count >= share]
+        full = [p for p, count in enumerate(counts) if count >= asked[p]]  # may hold more
         if spare > 0 and full:
             # What partitions that ran short left of the limit goes to those that did not
-            more = [math.ceil(spare / len(full)) if p in full else 0 for p in range(len(first))]
+            more = [0] * len(first)
+            for p, count in zip(full, split(spare, len(full)), strict=True):
+                more[p] = count
             middle = ends
             ends, added, began = self._take(connection, streams, middle, targets, more)
             for p, count in enumerate(added):
@@ -486,6 +487,12 @@ def shares(total: int | None, unread: list[int]) -> list[int]:
             more = min(share, unread[p] - rows[p], left)
             rows[p], left = rows[p] + more, left - more
     return rows
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` split over ``parts`` as evenly as whole numbers allow, summing to it."""
+    share, rest = divmod(total, parts)
+    return [share + 1 if p < rest else share for p in range(parts)]
 
 
 def read_taken(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,

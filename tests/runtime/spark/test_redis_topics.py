@@ -597,6 +597,44 @@ def test_entries_held_from_an_earlier_run_are_taken_on_the_driver_and_read_first
     assert old_style == third_rows
 
 
+@pytest.mark.parametrize(("counts", "rows"), [
+    ([20, 20, 20], [4, 3, 3]), ([20, 20, 1], [5, 4, 1]), ([3, 0, 50], [3, 0, 7])])
+def test_a_batch_the_driver_takes_holds_at_most_the_limit(
+    spark: Any, redis_server: RedisServer, topics: Any, counts: list[int], rows: list[int]
+) -> None:
+    """With another consumer in the group the driver takes the batch: the limit is split
+    over the partitions, what a short one leaves goes to the others, and the batch never
+    holds more than the limit."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.redis._keys import partition_of
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader
+
+    source, _ = topics(partitions=3)
+    keys = {partition_of(f"k{n}", 3): f"k{n}" for n in range(30)}
+    for p, count in enumerate(counts):
+        for n in range(count):
+            source.publish(f"p{p}-{n}".encode(), key=keys[p])
+    options, connection, settings, client, _ = planning(redis_server.url, source)
+    for p in range(3):  # a member of the group that holds nothing
+        client.xgroup_createconsumer(TopicKeys.of(source.name, p).stream, "spark", "other")
+    reader = RedisStreamReader(options, spark.createDataFrame([], SOURCE_SCHEMA).schema, settings)
+    try:
+        begin = reader.initialOffset()
+        end = reader.latestOffset(begin, ReadMaxRows(10))
+        read = read_batch(reader, begin, end)
+    finally:
+        reader.stop()
+        connection.close()
+        client.close()
+
+    assert "take" not in end
+    by_partition = dict.fromkeys(range(3), 0) | {
+        int(part[0][1].decode().split("-")[0][1:]): len(part) for part in read}
+    assert [by_partition[p] for p in range(3)] == rows
+
+
 @pytest.fixture(scope="module")
 def redis_cluster(redis_server: RedisServer) -> Iterator[RedisClusterNodes]:
     """A 3-master Redis Cluster of this module's own (stopped by its pids)."""
