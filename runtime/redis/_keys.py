@@ -35,7 +35,7 @@ class TopicKeys:
         committed: the (producer, batch) pairs a staged write published into this
             partition (a hash; see `staged`).
         takes: where the read tasks of a Spark source's batches ended, by consumer and
-            batch (a hash; see `runtime.spark.redis._source`).
+            batch, and the entries its read tasks dead-lettered (a hash; see `runtime.spark.redis._source`).
     """
 
     stream: str

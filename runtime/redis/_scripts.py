@@ -18,7 +18,7 @@ Encodings shared with Python (`runtime.redis._records`):
 
 from __future__ import annotations
 
-__all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "CREATE_GROUP", "DECLARE",
+__all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "BURY_READ", "CREATE_GROUP", "DECLARE",
            "DELETE_GROUP", "DRAIN", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
            "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
            "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_PLAN", "TAKE_RANGE", "TRIM",
@@ -685,6 +685,24 @@ end
 -- `start` ('' when the executors must look up what this consumer holds in the range)
 if #others > 0 or count == 0 then start = '' end
 return {last, count, start}
+"""
+
+BURY_READ = _SETTLING + """
+-- An entry a Spark read task cannot turn into a row, dead-lettered 'error' once: a retried
+-- task that sets the group back takes the entry again (pending at attempt 1), and finds
+-- the mark the first bury left in `takes`, so it only acks it.
+local takes = KEYS[7]
+local group, consumer, id, attempt = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local err, dead_limit, mark = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local p = redis.call('XPENDING', stream, group, id, id, 1)[1]
+if not p or p[2] ~= consumer then return 'gone' end
+redis.call('XACK', stream, group, id)
+if redis.call('HSETNX', takes, mark, id .. ' dead') == 0 then return 'again' end
+redis.call('HINCRBY', stats, 'nacked', 1)
+bury(id, group, '-1', 'error', err, attempt, '', '', dead_limit)
+complete(id, nack_record('group:' .. group, 'error', err))
+flush_acked()
+return 'ok'
 """
 
 ACK_THROUGH = _SETTLING + """

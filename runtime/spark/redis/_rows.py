@@ -38,24 +38,24 @@ class Limits:
 
     group: str
     consumer: str
-    settling: list[str]
-    max_attempts: int
+    keys: list[str]
     dead_limit: int
 
     @classmethod
     def of(cls, settings: TopicSettings, keys: TopicKeys, group: str, consumer: str) -> Limits:
         """The limits of one partition's keys."""
-        return cls(group, consumer, keys.settling(), settings.max_delivery_attempts,
-                   settings.dead_letter_limit or 0)
+        return cls(group, consumer, [*keys.settling(), keys.takes], settings.dead_letter_limit or 0)
 
     def bury(self, connection: Connection, entry_id: str, attempt: int, error: str) -> None:
-        """Dead-letter one held entry with reason ``error`` (a final nack, fenced on this
-        consumer and attempt; no deadline check: the consumer still holds it)."""
-        logger.warning("actorbus source: dead-lettering entry %s of group %s: %s", entry_id,
-                       self.group, error)
-        connection.run("SETTLE", self.settling, [
-            self.group, self.consumer, -1, 0, self.max_attempts, self.dead_limit,
-            0, 1, entry_id, attempt, "x", "error", optional(error), "", ""])
+        """Dead-letter one held entry with reason ``error``, once: a retried read task
+        that takes the entry again only acks it (fenced on this consumer; no deadline
+        check: the consumer still holds it)."""
+        mark = json.dumps([self.group, self.consumer, "dead", entry_id])
+        buried = connection.run("BURY_READ", self.keys, [
+            self.group, self.consumer, entry_id, attempt, optional(error), self.dead_limit, mark])
+        if buried == b"ok":
+            logger.warning("actorbus source: dead-lettered entry %s of group %s: %s", entry_id,
+                           self.group, error)
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,9 +157,10 @@ def _recorded(record: bytes) -> tuple[str, bool]:
 
 def _forget_takes(connection: Connection, keys: TopicKeys, group: str, consumer: str,
                   last: str) -> None:
-    """Drop the consumer's take records that end before ``last`` (acked: no batch
-    starts or ends there any more). The record of the batch ending at ``last`` stays:
-    the progress listener may ack it after the plan did."""
+    """Drop the consumer's take records (and the marks of entries its read tasks
+    dead-lettered) that end before ``last``: acked, no batch starts or ends there any
+    more. The record of the batch ending at ``last`` stays: the progress listener may ack
+    it after the plan did."""
     with connection.guard():
         records = connection.client.hgetall(keys.takes)
         done = [field for field, record in records.items()

@@ -635,6 +635,49 @@ def test_a_batch_the_driver_takes_holds_at_most_the_limit(
     assert [by_partition[p] for p in range(3)] == rows
 
 
+def test_a_retried_read_task_dead_letters_an_undecodable_entry_once(
+    spark: Any, redis_server: RedisServer, topics: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read task that stopped after burying an entry it cannot read, then retried,
+    takes the entry again and only acks it: one dead letter, counted once."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis import _source
+    from runtime.spark.redis._source import RedisStreamReader
+
+    monkeypatch.setattr(_source, "SLICE_ROWS", 3)
+    source, _ = topics()
+    source.publish(b"a")
+    options, connection, settings, client, stream = planning(redis_server.url, source)
+    keys = TopicKeys.of(source.name)
+    client.xadd(stream, {"b": b"\x80junk", "f": "p"})  # a body no unpickler accepts
+    client.hincrby(keys.stats, "pending", 1)
+    for n in range(6):
+        source.publish(f"m{n}".encode())
+    reader = RedisStreamReader(options, spark.createDataFrame([], SOURCE_SCHEMA).schema, settings)
+    try:
+        begin = reader.initialOffset()
+        end = reader.latestOffset(begin, ReadMaxRows(100))
+        (task,) = reader.partitions(begin, end)
+        stopped = reader.read(task)
+        first_rows = [row["payload"] for row in next(stopped).to_pylist()]
+        stopped.close()  # failed after its first slice, which buried the entry
+        rows = [row["payload"] for batch in reader.read(task) for row in batch.to_pylist()]
+        reader.commit(end)
+    finally:
+        reader.stop()
+        letters = client.xlen(keys.dead)
+        connection.close()
+        client.close()
+    stats = source.stats()
+
+    assert first_rows == [b"a", b"m0"]
+    assert rows == [b"a"] + [f"m{n}".encode() for n in range(6)]
+    assert (letters, stats.nacked, stats.dead_lettered, stats.delivered, stats.pending) == (
+        1, 1, 1, 7, 0)
+
+
 @pytest.fixture(scope="module")
 def redis_cluster(redis_server: RedisServer) -> Iterator[RedisClusterNodes]:
     """A 3-master Redis Cluster of this module's own (stopped by its pids)."""
