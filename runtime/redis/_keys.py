@@ -35,7 +35,8 @@ class TopicKeys:
         committed: the (producer, batch) pairs a staged write published into this
             partition (a hash; see `staged`).
         takes: where the read tasks of a Spark source's batches ended, by consumer and
-            batch, and the entries its read tasks dead-lettered (a hash; see `runtime.spark.redis._source`).
+            batch, where its last committed batch ended, and the entries its read tasks
+            dead-lettered (a hash; see `runtime.spark.redis._source`).
     """
 
     stream: str

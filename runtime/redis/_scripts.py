@@ -19,7 +19,7 @@ Encodings shared with Python (`runtime.redis._records`):
 from __future__ import annotations
 
 __all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "BURY_READ", "CREATE_GROUP", "DECLARE",
-           "DELETE_GROUP", "DRAIN", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
+           "DELETE_GROUP", "DRAIN", "FENCE", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
            "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
            "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_PLAN", "TAKE_RANGE", "TRIM",
            "UNLEASE"]
@@ -685,6 +685,15 @@ end
 -- `start` ('' when the executors must look up what this consumer holds in the range)
 if #others > 0 or count == 0 then start = '' end
 return {last, count, start}
+"""
+
+FENCE = """
+-- Where a Spark query's last committed batch ended in this partition (the read tasks'
+-- fence, see `runtime.spark.redis._source`); nothing where the topic is gone (a
+-- destroyed topic keeps no key).
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 1
 """
 
 BURY_READ = _SETTLING + """

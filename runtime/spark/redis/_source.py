@@ -18,7 +18,10 @@ group's read counter at ``after``; ``ids`` is then ""). Where each call runs:
   beside it, or the same batch planned again after a driver restart (Spark replays the
   batch from its offset log) takes the same entries. The task then records where it
   ended (the ``takes`` hash of the partition), which is where the next batch starts and
-  what its ack reaches; a task that finds the record reads the entries held there;
+  what its ack reaches; a task that finds the record reads the entries held there. The
+  next plan records where a committed batch ended in the same hash, and each slice's
+  MULTI is fenced on it (a watched read): an attempt that goes on past that takes
+  nothing, so it never sets the group back behind a committed batch;
 - the user's driver process: the progress listener acks the last committed batch (see
   `runtime.spark._listener`), as for the broker's source.
 
@@ -149,6 +152,12 @@ def _take_field(group: str, consumer: str, after: str, rows: int) -> str:
     return json.dumps([group, consumer, after, rows])
 
 
+def _committed_field(group: str, consumer: str) -> str:
+    """The ``takes`` field of where the consumer's last committed batch ended: no read
+    task of a batch that starts before it takes anything (see `read_taken`)."""
+    return json.dumps([group, consumer, "committed"])
+
+
 def _recorded(record: bytes) -> tuple[str, bool]:
     """A take's record: where it ended, and whether it took every entry on the way."""
     end, _, whole = record.decode().partition(" ")
@@ -160,11 +169,12 @@ def _forget_takes(connection: Connection, keys: TopicKeys, group: str, consumer:
     """Drop the consumer's take records (and the marks of entries its read tasks
     dead-lettered) that end before ``last``: acked, no batch starts or ends there any
     more. The record of the batch ending at ``last`` stays: the progress listener may ack
-    it after the plan did."""
+    it after the plan did; so does where the last committed batch ended."""
     with connection.guard():
         records = connection.client.hgetall(keys.takes)
         done = [field for field, record in records.items()
                 if json.loads(field)[:2] == [group, consumer]
+                and field.decode() != _committed_field(group, consumer)
                 and _order(_recorded(record)[0]) < _order(last)]
         if done:
             connection.client.hdel(keys.takes, *done)
@@ -256,6 +266,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         connection = self._connect()
         first = resolved_ends(connection, self.options.topic, self.options.group,
                               self.options.consumer, start)
+        self._fence(connection, start, first)
         streams = [TopicKeys.of(self.options.topic, p).stream for p in range(len(first))]
         if self._available_now and self._targets is None:
             self._targets = [(last.decode(), int(added)) for last, added in connection.pipelined(
@@ -348,6 +359,20 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except BackendUnavailableError as exc:
             logger.warning("actorbus source %s/%s: an ack did not reach Redis (retried with "
                            "the next batch): %s", self.options.topic, self.options.group, exc)
+
+    def _fence(self, connection: Connection, start: dict[str, Any], first: list[str]) -> None:
+        """Record where the committed batch ``start`` ended (``first``) in each partition
+        its read tasks took: a slice that an attempt of one of its tasks still takes after
+        this (a speculative attempt Spark no longer waits for) is refused (see
+        `read_taken`). Spark plans a batch only once the one before is in its commit log,
+        and tells the source of that commit only after the plan, so the plan records it."""
+        takes = start.get("take")
+        if not takes:
+            return
+        field = _committed_field(self.options.group, self.options.consumer)
+        keys = [TopicKeys.of(self.options.topic, p) for p in range(len(takes))]
+        connection.pipelined("FENCE", [([keys[p].stream, keys[p].takes], [field, first[p]])
+                                       for p, take in enumerate(takes) if take])
 
     def _connect(self) -> Connection:
         if self._connection is None:
@@ -501,6 +526,8 @@ def read_taken(connection: Connection, options: RedisSourceOptions, settings: To
     """Take ``partition``'s entries, slice by slice, then record where the take ended;
     where a record is found, an earlier attempt took them: read what it holds there.
     While Spark takes one slice, a thread of the task takes the next."""
+    from redis.exceptions import WatchError
+
     keys = TopicKeys.of(options.topic, partition.partition)
     field = _take_field(options.group, options.consumer, partition.after, partition.rows)
     reader = connection.plain_reader(keys.stream)
@@ -513,14 +540,31 @@ def read_taken(connection: Connection, options: RedisSourceOptions, settings: To
         return
     limits = Limits.of(settings, keys, options.group, options.consumer)
 
+    committed = _committed_field(options.group, options.consumer)
+
     def take(after: str, read: int, rows: int) -> list[list[Any]]:
-        with connection.guard():
-            pipe = reader.pipeline(transaction=True)
-            pipe.execute_command("XGROUP", "SETID", keys.stream, options.group, after,
-                                 "ENTRIESREAD", read)
-            pipe.execute_command("XREADGROUP", "GROUP", options.group, options.consumer,
-                                 "COUNT", rows, "STREAMS", keys.stream, ">")
-            _, reply = pipe.execute()
+        # Fenced on where the last committed batch ended (watched: a commit in between
+        # makes the transaction fail, and the check runs again)
+        with connection.guard(), reader.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(keys.takes)
+                    end = pipe.hget(keys.takes, committed)
+                    if end is not None and _order(partition.after) < _order(end.decode()):
+                        raise RuntimeError(
+                            f"actorbus source {options.topic}/{options.group}: the batch of "
+                            f"partition {partition.partition} after {partition.after} was "
+                            "committed already (a late attempt of its read task, or a "
+                            "checkpoint older than the query's last commit); it takes nothing")
+                    pipe.multi()
+                    pipe.execute_command("XGROUP", "SETID", keys.stream, options.group, after,
+                                         "ENTRIESREAD", read)
+                    pipe.execute_command("XREADGROUP", "GROUP", options.group, options.consumer,
+                                         "COUNT", rows, "STREAMS", keys.stream, ">")
+                    _, reply = pipe.execute()
+                    break
+                except WatchError:
+                    continue
         if not reply:
             return []
         # RESP3 answers a map of the one stream, RESP2 a list of [stream, entries]

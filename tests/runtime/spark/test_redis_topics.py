@@ -678,6 +678,64 @@ def test_a_retried_read_task_dead_letters_an_undecodable_entry_once(
         1, 1, 1, 7, 0)
 
 
+def test_a_read_task_attempt_that_resumes_after_the_commit_takes_nothing(
+    spark: Any, redis_server: RedisServer, topics: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt of a read task (a speculative one) that takes its next slice only after
+    its batch was committed and the next one planned fails and takes nothing: the group
+    is not set back, and the later batches read every entry once. (Spark plans a batch,
+    then tells the source the one before was committed.)"""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis import _source
+    from runtime.spark.redis._source import RedisStreamReader
+
+    monkeypatch.setattr(_source, "SLICE_ROWS", 3)  # a batch of 10 takes 4 slices
+    source, _ = topics()
+    for n in range(30):
+        source.publish(f"m{n}".encode())
+    options, connection, settings, client, stream = planning(redis_server.url, source)
+    ids = [entry_id.decode() for entry_id, _ in client.xrange(stream)]
+
+    def position() -> str:
+        (group,) = client.xinfo_groups(stream)
+        return str(group["last-delivered-id"].decode())
+
+    def payloads(batch: dict[str, Any], end: dict[str, Any]) -> list[bytes]:
+        return [row[1] for part in read_batch(reader, batch, end) for row in part]
+
+    reader = RedisStreamReader(options, spark.createDataFrame([], SOURCE_SCHEMA).schema, settings)
+    try:
+        begin = reader.initialOffset()
+        first = reader.latestOffset(begin, ReadMaxRows(10))
+        (task,) = reader.partitions(begin, first)
+        late = reader.read(task)
+        next(late)  # its first slice, and the second taken in advance
+        assert wait_until(lambda: position() == ids[5], timeout=30)
+        first_rows = payloads(begin, first)
+        second = reader.latestOffset(first, ReadMaxRows(10))
+        reader.commit(first)
+        second_rows = payloads(first, second)
+        with pytest.raises(RuntimeError, match="committed already"):
+            list(late)  # its third slice comes after the next plan
+        after_late = position()
+        third = reader.latestOffset(second, ReadMaxRows(10))
+        reader.commit(second)
+        third_rows = payloads(second, third)
+        reader.commit(third)
+    finally:
+        late.close()
+        reader.stop()
+        held = client.xpending(stream, "spark")["pending"]
+        connection.close()
+        client.close()
+
+    assert after_late == ids[19]
+    assert first_rows + second_rows + third_rows == [f"m{n}".encode() for n in range(30)]
+    assert "take" in third and (held, source.stats().delivered) == (0, 30)
+
+
 @pytest.fixture(scope="module")
 def redis_cluster(redis_server: RedisServer) -> Iterator[RedisClusterNodes]:
     """A 3-master Redis Cluster of this module's own (stopped by its pids)."""
