@@ -260,7 +260,22 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Plan the next batch, then ack ``start`` in the background (its batch is
         committed: Spark plans the next batch only after the previous one's commit-log
-        entry): the executors read while Redis acks."""
+        entry): the executors read while Redis acks.
+
+        Raises:
+            InvalidSettingsError: naming ``topic`` or ``group``, the one that is gone
+                (destroyed or deleted while the query ran).
+        """
+        from redis.exceptions import ResponseError
+
+        try:
+            return self._plan(start, limit)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                self.options.check(self._connect(), self.options.group)
+            raise
+
+    def _plan(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._ids(start)  # refuses a checkpoint of another partition count
         self._await_ack()
         connection = self._connect()
@@ -318,6 +333,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """Ack what was committed, then disconnect; what is not committed stays pending
         for this consumer."""
+        from redis.exceptions import ResponseError
+
         self._await_ack()
         acker, self._acker = self._acker, None
         if acker is not None:
@@ -329,6 +346,11 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except BackendUnavailableError as exc:  # the next run acks it first
             logger.warning("actorbus source %s/%s: the last batch stays pending: %s",
                            self.options.topic, self.options.group, exc)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            logger.warning("actorbus source %s/%s: the topic or its group is gone, nothing "
+                           "to ack: %s", self.options.topic, self.options.group, exc)
         finally:
             connection, self._connection = self._connection, None
             if connection is not None:

@@ -736,6 +736,39 @@ def test_a_read_task_attempt_that_resumes_after_the_commit_takes_nothing(
     assert "take" in third and (held, source.stats().delivered) == (0, 30)
 
 
+def test_a_destroyed_topic_fails_the_next_plan_by_name(
+    spark: Any, redis_server: RedisServer, topics: Any
+) -> None:
+    """A topic destroyed while a query reads it: the next plan fails naming ``topic``,
+    and ``stop`` returns (nothing is left to ack)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from runtime.errors import InvalidSettingsError
+    from runtime.spark._arrow import SOURCE_SCHEMA
+    from runtime.spark.redis._source import RedisStreamReader
+
+    source, _ = topics()
+    publish_all(source, [f"m{n}".encode() for n in range(6)])
+    options, connection, settings, client, _ = planning(redis_server.url, source)
+    reader = RedisStreamReader(options, spark.createDataFrame([], SOURCE_SCHEMA).schema, settings)
+    try:
+        begin = reader.initialOffset()
+        first = reader.latestOffset(begin, ReadMaxRows(4))
+        read_batch(reader, begin, first)
+        reader.commit(first)
+        source.destroy()
+        with pytest.raises(InvalidSettingsError) as refused:
+            reader.latestOffset(first, ReadMaxRows(4))
+        reader.stop()
+        left = client.keys(f"*{source.name}*")
+    finally:
+        connection.close()
+        client.close()
+
+    assert refused.value.setting == "topic"
+    assert left == []
+
+
 @pytest.fixture(scope="module")
 def redis_cluster(redis_server: RedisServer) -> Iterator[RedisClusterNodes]:
     """A 3-master Redis Cluster of this module's own (stopped by its pids)."""
