@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -437,14 +436,15 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The offset of a batch the driver takes into the consumer's pending list
         (None: nothing new)."""
         targets = self._targets or [("", 0)] * len(first)
-        asked = [UNLIMITED_ROWS] * len(first) if total is None else split(total, len(first))
+        # What each partition holds is not known here: each is asked for an even share
+        asked = shares(total, [UNLIMITED_ROWS] * len(first))
         ends, counts, taken = self._take(connection, streams, first, targets, asked)
         spare = 0 if total is None else total - sum(counts)
         full = [p for p, count in enumerate(counts) if count >= asked[p]]  # may hold more
         if spare > 0 and full:
             # What partitions that ran short left of the limit goes to those that did not
             more = [0] * len(first)
-            for p, count in zip(full, split(spare, len(full)), strict=True):
+            for p, count in zip(full, shares(spare, [UNLIMITED_ROWS] * len(full)), strict=True):
                 more[p] = count
             middle = ends
             ends, added, began = self._take(connection, streams, middle, targets, more)
@@ -530,17 +530,11 @@ def shares(total: int | None, unread: list[int]) -> list[int]:
         short = [p for p, n in enumerate(unread) if rows[p] < n]
         if not short:
             break
-        share = math.ceil(left / len(short))
-        for p in short:
-            more = min(share, unread[p] - rows[p], left)
+        share, rest = divmod(left, len(short))
+        for i, p in enumerate(short):
+            more = min(share + 1 if i < rest else share, unread[p] - rows[p])
             rows[p], left = rows[p] + more, left - more
     return rows
-
-
-def split(total: int, parts: int) -> list[int]:
-    """``total`` split over ``parts`` as evenly as whole numbers allow, summing to it."""
-    share, rest = divmod(total, parts)
-    return [share + 1 if p < rest else share for p in range(parts)]
 
 
 def read_taken(connection: Connection, options: RedisSourceOptions, settings: TopicSettings,
