@@ -19,8 +19,8 @@ Encodings shared with Python (`runtime.redis._records`):
 from __future__ import annotations
 
 __all__ = ["ACK_THROUGH", "ATTACH", "BIG_IDLE", "BURY", "BURY_READ", "CREATE_GROUP", "DECLARE",
-           "DELETE_GROUP", "DRAIN", "FENCE", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH", "READER_DETACH",
-           "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
+           "DELETE_GROUP", "DRAIN", "FENCE", "GIVE_BACK", "HEARTBEAT", "LEASE", "PUBLISH",
+           "READER_DETACH", "READER_REAP", "READER_SETTLE", "READER_TOUCH", "RECLAIM", "RELEASE",
            "REPLAY", "SETTLE", "STAGED_COMMIT", "STREAM_END", "TAKE_PLAN", "TAKE_RANGE", "TRIM",
            "UNLEASE"]
 
